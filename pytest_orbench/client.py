@@ -1,0 +1,206 @@
+"""Endpoint calls: the only module that imports litellm (lazily); callable targets; retries with backoff."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Protocol
+
+from pytest_orbench.settings import Settings
+
+# Statuses worth another attempt: rate limits, overload, server faults, gateway timeouts.
+RETRY_STATUSES = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
+MAX_BACKOFF = 60.0
+
+
+class EndpointError(Exception):
+    """A failed attempt. `fatal` errors (bad key, unknown model) stop the whole run's calls."""
+
+    def __init__(self, message: str, *, retryable: bool, retry_after: float | None = None, fatal: bool = False):
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.fatal = fatal
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str
+    finish_reason: str | None
+    model: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "finish_reason": self.finish_reason,
+            "model": self.model,
+            "usage": {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens},
+        }
+
+
+class Caller(Protocol):
+    async def __call__(self, prompt: str) -> Reply: ...
+
+
+_litellm: Any = None
+
+
+def _import_litellm() -> Any:
+    global _litellm
+    if _litellm is None:
+        # litellm fetches a price table over the network at import unless told not to.
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        import litellm
+
+        litellm.suppress_debug_info = True  # no "Give Feedback" banners in the test output
+        litellm.telemetry = False
+        _litellm = litellm
+    return _litellm
+
+
+def missing_keys(model: str) -> list[str]:
+    """Environment variables litellm needs for `model` that are not set."""
+    result = _import_litellm().validate_environment(model)
+    return [str(k) for k in result.get("missing_keys", [])]
+
+
+def _retry_after(exc: Exception) -> float | None:
+    headers: Any = getattr(exc, "litellm_response_headers", None) or getattr(exc, "headers", None)
+    response = getattr(exc, "response", None)
+    if not headers and response is not None:
+        headers = getattr(response, "headers", None)
+    if not headers:
+        return None
+    value = headers.get("retry-after") or headers.get("Retry-After")
+    try:
+        return min(float(value), MAX_BACKOFF) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+class LiteLLMCaller:
+    """Calls a model through litellm.acompletion; maps its exceptions onto EndpointError."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.litellm = _import_litellm()
+
+    def _scrub(self, text: str) -> str:
+        key = self.settings.api_key or (os.environ.get(self.settings.api_key_env) if self.settings.api_key_env else None)
+        return text.replace(key, "***") if key else text
+
+    async def __call__(self, prompt: str) -> Reply:
+        s = self.settings
+        messages = [{"role": "user", "content": prompt}]
+        if s.system_prompt is not None:
+            messages.insert(0, {"role": "system", "content": s.system_prompt})
+        kwargs: dict[str, Any] = dict(s.litellm_kwargs)
+        if s.api_base:
+            kwargs["api_base"] = s.api_base
+        if s.api_key:
+            kwargs["api_key"] = s.api_key
+        ll = self.litellm
+        try:
+            response = await ll.acompletion(
+                model=s.model, messages=messages, temperature=s.temperature, max_tokens=s.max_tokens,
+                timeout=s.timeout, num_retries=0, **kwargs,
+            )
+        except ll.ContentPolicyViolationError:
+            return Reply("", "content_filter")
+        except (ll.AuthenticationError, ll.NotFoundError, ll.PermissionDeniedError) as exc:
+            raise EndpointError(self._scrub(f"{type(exc).__name__}: {exc}"), retryable=False, fatal=True) from None
+        except (ll.BadRequestError, ll.UnsupportedParamsError) as exc:
+            raise EndpointError(self._scrub(f"{type(exc).__name__}: {exc}"), retryable=False) from None
+        except Exception as exc:  # timeouts, 429, 5xx, connection errors, malformed replies
+            status = getattr(exc, "status_code", None)
+            retryable = status is None or status in RETRY_STATUSES or status >= 500
+            raise EndpointError(
+                self._scrub(f"{type(exc).__name__}: {exc}"), retryable=retryable, retry_after=_retry_after(exc)
+            ) from None
+        try:
+            choice = response.choices[0]
+            text = choice.message.content
+            finish = choice.finish_reason
+        except (AttributeError, IndexError, TypeError) as exc:
+            raise EndpointError(f"malformed reply: {exc}", retryable=True) from None
+        usage = getattr(response, "usage", None)
+        return Reply(
+            text or "",
+            finish,
+            getattr(response, "model", None),
+            getattr(usage, "prompt_tokens", None),
+            getattr(usage, "completion_tokens", None),
+        )
+
+
+class CallableCaller:
+    """Calls the user's `(prompt, system_prompt) -> str` function, sync (in a thread) or async."""
+
+    def __init__(self, settings: Settings) -> None:
+        assert settings.target is not None
+        self.system_prompt = settings.system_prompt
+        self.timeout = settings.timeout
+        self.function = load_target(settings.target)
+
+    async def __call__(self, prompt: str) -> Reply:
+        try:
+            if inspect.iscoroutinefunction(self.function):
+                result = await asyncio.wait_for(self.function(prompt, self.system_prompt), self.timeout)
+            else:
+                result = await asyncio.wait_for(asyncio.to_thread(self.function, prompt, self.system_prompt), self.timeout)
+        except asyncio.TimeoutError:
+            raise EndpointError(f"target timed out after {self.timeout:g}s", retryable=True) from None
+        except Exception as exc:
+            raise EndpointError(f"target raised {type(exc).__name__}: {exc}", retryable=True) from None
+        if result is not None and not isinstance(result, str):
+            raise EndpointError(f"target returned {type(result).__name__}, expected str", retryable=False)
+        return Reply(result or "", "stop")
+
+
+def load_target(spec: str) -> Callable[..., Any]:
+    module_name, _, attr = spec.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise EndpointError(f"cannot load target {spec!r}: {exc}", retryable=False, fatal=True) from None
+    if not callable(obj):
+        raise EndpointError(f"target {spec!r} is not callable", retryable=False, fatal=True)
+    return obj  # type: ignore[no-any-return]
+
+
+def make_caller(settings: Settings) -> Caller:
+    return CallableCaller(settings) if settings.target else LiteLLMCaller(settings)
+
+
+def backoff(attempt: int, retry_after: float | None) -> float:
+    """Seconds before the next attempt: the server's Retry-After when given, else exponential with jitter."""
+    if retry_after is not None:
+        return max(0.0, retry_after)
+    return min(MAX_BACKOFF, 0.5 * 2**attempt) * (0.5 + random.random() / 2)
+
+
+async def call_with_retries(
+    caller: Caller, prompt: str, retries: int,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> tuple[Reply, int, float]:
+    """(reply, attempts, seconds). Raises the last EndpointError once retries are spent."""
+    start = time.monotonic()
+    attempt = 0
+    while True:
+        try:
+            reply = await caller(prompt)
+            return reply, attempt + 1, time.monotonic() - start
+        except EndpointError as exc:
+            if not exc.retryable or attempt >= retries:
+                raise
+            await sleep(backoff(attempt, exc.retry_after))
+            attempt += 1

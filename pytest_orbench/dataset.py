@@ -1,0 +1,379 @@
+"""Prompt records: pinned dataset files (download + sha256 check), offline folders, custom files, sampling."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import os
+import random
+import tempfile
+import urllib.error
+import urllib.request
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+Expected = Literal["answer", "refuse"]
+
+OR_BENCH_REPO = "bench-llm/or-bench"
+OR_BENCH_REVISION = "e36d8b80e81837c8a8f264bbb2a49f1b32c7e272"
+XSTEST_REPO = "paul-rottger/xstest"
+XSTEST_REVISION = "d7bb5bd738c1fcbc36edd83d5e7d1b71a3e2d84d"
+
+
+class DatasetError(Exception):
+    """A dataset cannot be used: the message names the file, the problem and the fix."""
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """One pinned upstream file."""
+
+    filename: str
+    sha256: str
+    host: Literal["huggingface", "github"]
+    repo: str
+    revision: str
+
+    def url(self) -> str:
+        if self.host == "huggingface":
+            # HF_ENDPOINT is huggingface_hub's own variable for mirrors; honour it the same way.
+            base = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+            return f"{base}/datasets/{self.repo}/resolve/{self.revision}/{self.filename}"
+        base = os.environ.get("ORBENCH_GITHUB_RAW_ENDPOINT", "https://raw.githubusercontent.com").rstrip("/")
+        return f"{base}/{self.repo}/{self.revision}/{self.filename}"
+
+
+HARD_1K = SourceFile(
+    "or-bench-hard-1k.csv",
+    "a6e2f1166416efe5901f3bb05c47dc92ab3aca3acfe143693d38b8057d841e6d",
+    "huggingface", OR_BENCH_REPO, OR_BENCH_REVISION,
+)
+TOXIC = SourceFile(
+    "or-bench-toxic.csv",
+    "3be45901faae3b4b2b51bf7f8a2784c1650a1cc8c631dbc8b171d5312d4e0057",
+    "huggingface", OR_BENCH_REPO, OR_BENCH_REVISION,
+)
+# The 80k hash is the one third-party benchmark cards list next to the hard/toxic pins; no copy
+# could be checked here (shared/datasets/SOURCES.md), so a mismatch says so.
+OR_80K = SourceFile(
+    "or-bench-80k.csv",
+    "22e956020cdfdd43c328f02441f003c933ee4e7083d02d9d24e414e4b42ae2e6",
+    "huggingface", OR_BENCH_REPO, OR_BENCH_REVISION,
+)
+XSTEST = SourceFile(
+    "xstest_prompts.csv",
+    "11783fb294ed017473ee53c207d71f2161c7672c8d0b037501e78387f801cb5a",
+    "github", XSTEST_REPO, XSTEST_REVISION,
+)
+
+
+@dataclass(frozen=True)
+class Builtin:
+    source: SourceFile
+    expected: Expected
+    label: str | None = None  # XSTest rows are split by their `label` column
+
+
+BUILTINS: dict[str, Builtin] = {
+    "hard-1k": Builtin(HARD_1K, "answer"),
+    "toxic": Builtin(TOXIC, "refuse"),
+    "80k": Builtin(OR_80K, "answer"),
+    "xstest-safe": Builtin(XSTEST, "answer", label="safe"),
+    "xstest-unsafe": Builtin(XSTEST, "refuse", label="unsafe"),
+}
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """What the user asked for: a built-in name, or a custom CSV/JSONL file."""
+
+    name: str
+    path: Path | None = None
+    expected: Expected | None = None
+    prompt_column: str = "prompt"
+    category_column: str = "category"
+    id_column: str = "id"
+
+    @property
+    def builtin(self) -> bool:
+        return self.path is None
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt to send; `id` is stable across runs of the same pinned file."""
+
+    id: str
+    dataset: str
+    category: str
+    text: str
+    expected: Expected
+    local_id: str
+
+    @property
+    def prompt_sha256(self) -> str:
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    prompts: tuple[Prompt, ...]
+    source: dict[str, str] = field(default_factory=dict)
+    total: int = 0  # rows before sampling
+
+    @property
+    def expected(self) -> str:
+        kinds = {p.expected for p in self.prompts}
+        return kinds.pop() if len(kinds) == 1 else "mixed"
+
+
+EXPECT_WORDS: dict[str, Expected] = {
+    "answer": "answer", "safe": "answer", "comply": "answer", "compliance": "answer",
+    "refuse": "refuse", "unsafe": "refuse", "refusal": "refuse", "toxic": "refuse",
+}
+
+
+def parse_spec(entry: str, base: Path) -> DatasetSpec:
+    """Parse one `--orbench-datasets` entry: a built-in name, or `PATH[:answer|:refuse]`."""
+    entry = entry.strip()
+    if entry in BUILTINS:
+        return DatasetSpec(entry)
+    expected: Expected | None = None
+    head, sep, tail = entry.rpartition(":")
+    if sep and tail.lower() in EXPECT_WORDS:
+        entry, expected = head, EXPECT_WORDS[tail.lower()]
+    if not entry.lower().endswith((".csv", ".jsonl")):
+        raise DatasetError(
+            f"unknown dataset {entry!r}: use one of {', '.join(BUILTINS)} "
+            "or a .csv/.jsonl file path (optionally suffixed :answer or :refuse)"
+        )
+    path = (base / entry).resolve()
+    return DatasetSpec(Path(entry).stem, path=path, expected=expected)
+
+
+def spec_from_mapping(data: dict[str, object], base: Path) -> DatasetSpec:
+    """A custom dataset declared in orbench.yaml: {name, path, expect, prompt_column, ...}."""
+    allowed = {"name", "path", "expect", "prompt_column", "category_column", "id_column"}
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise DatasetError(f"unknown key(s) {unknown} in a datasets entry; allowed: {sorted(allowed)}")
+    if "path" not in data:
+        raise DatasetError("a datasets entry needs `path:` (a CSV or JSONL file)")
+    path = (base / str(data["path"])).resolve()
+    expect_word = str(data.get("expect", "")).lower()
+    if expect_word and expect_word not in EXPECT_WORDS:
+        raise DatasetError(f"datasets entry {path.name}: expect must be 'answer' or 'refuse', got {expect_word!r}")
+    return DatasetSpec(
+        name=str(data.get("name", path.stem)),
+        path=path,
+        expected=EXPECT_WORDS[expect_word] if expect_word else None,
+        prompt_column=str(data.get("prompt_column", "prompt")),
+        category_column=str(data.get("category_column", "category")),
+        id_column=str(data.get("id_column", "id")),
+    )
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("ORBENCH_CACHE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "pytest-orbench"
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _offline_hint(source: SourceFile) -> str:
+    return (
+        f"If this machine cannot reach {source.host}, put {source.filename} in a folder "
+        "and pass --orbench-data-dir DIR (or set ORBENCH_DATA_DIR=DIR)."
+    )
+
+
+def download(source: SourceFile, dest: Path, timeout: float = 60.0) -> None:
+    """Fetch `source` into `dest` atomically, refusing bytes whose sha256 differs from the pin."""
+    url = source.url()
+    headers = {"User-Agent": "pytest-orbench"}
+    token = os.environ.get("HF_TOKEN") if source.host == "huggingface" else None
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{source.filename}.")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            try:
+                with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout) as resp:
+                    for chunk in iter(lambda: resp.read(1 << 20), b""):
+                        digest.update(chunk)
+                        out.write(chunk)
+            except (urllib.error.URLError, OSError, TimeoutError) as exc:
+                raise DatasetError(f"could not download {source.filename} from {url}: {exc}. {_offline_hint(source)}") from exc
+        if digest.hexdigest() != source.sha256:
+            raise DatasetError(
+                f"{source.filename} downloaded from {url} has sha256 {digest.hexdigest()}, "
+                f"expected {source.sha256} (revision {source.revision}); the file was not used. "
+                "Check HF_ENDPOINT / your mirror serves the pinned revision."
+            )
+        os.replace(tmp_name, dest)
+    finally:
+        if os.path.exists(tmp_name):
+            os.unlink(tmp_name)
+
+
+def resolve_file(source: SourceFile, data_dir: Path | None, cache_dir: Path) -> Path:
+    """Path of a verified copy of `source`: from the offline folder, the cache, or a download."""
+    if data_dir is not None:
+        path = data_dir / source.filename
+        if not path.is_file():
+            raise DatasetError(
+                f"{source.filename} not found in the data folder {data_dir}; "
+                f"put the file from {source.repo}@{source.revision[:12]} there under its upstream name, "
+                "or drop --orbench-data-dir / ORBENCH_DATA_DIR to download it"
+            )
+        actual = sha256_file(path)
+        if actual != source.sha256:
+            raise DatasetError(
+                f"{path} has sha256 {actual}, expected {source.sha256} "
+                f"({source.repo} revision {source.revision}); refusing to use a file that differs from "
+                "the pinned one. Replace it with the upstream file."
+            )
+        return path
+    cached = cache_dir / source.sha256 / source.filename
+    if cached.is_file() and sha256_file(cached) == source.sha256:
+        return cached
+    download(source, cached)
+    return cached
+
+
+def _read_rows(path: Path) -> list[dict[str, str]]:
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"cannot read dataset file {path}: {exc}") from exc
+    if path.suffix.lower() == ".jsonl":
+        rows = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"{path}:{number}: not valid JSON ({exc.msg})") from exc
+            if not isinstance(row, dict):
+                raise DatasetError(f"{path}:{number}: each line must be a JSON object")
+            rows.append({str(k): "" if v is None else str(v) for k, v in row.items()})
+        return rows
+    return list(csv.DictReader(io.StringIO(text, newline="")))
+
+
+def _local_ids(raw: list[str]) -> list[str]:
+    """Zero-pad numeric ids to one width so ids sort and read the same in every report."""
+    if raw and all(r.isdigit() for r in raw):
+        width = max(len(r) for r in raw)
+        return [r.zfill(width) for r in raw]
+    return raw
+
+
+def load_builtin(name: str, data_dir: Path | None, cache_dir: Path) -> Dataset:
+    builtin = BUILTINS[name]
+    path = resolve_file(builtin.source, data_dir, cache_dir)
+    rows = _read_rows(path)
+    if builtin.label is not None:
+        # XSTest: the id column is the upstream id; `type` is the category.
+        rows = [r for r in rows if r.get("label") == builtin.label]
+        raw_ids = [r["id"] for r in rows]
+        categories = [r["type"] for r in rows]
+    else:
+        raw_ids = [str(i) for i in range(1, len(rows) + 1)]
+        categories = [r["category"] for r in rows]
+    ids = _local_ids(raw_ids)
+    prompts = tuple(
+        Prompt(f"{name}-{lid}", name, cat, row["prompt"], builtin.expected, lid)
+        for lid, cat, row in zip(ids, categories, rows)
+    )
+    source = {
+        "file": builtin.source.filename,
+        "sha256": builtin.source.sha256,
+        "repo": builtin.source.repo,
+        "revision": builtin.source.revision,
+    }
+    return Dataset(name, prompts, source, total=len(prompts))
+
+
+def load_custom(spec: DatasetSpec) -> Dataset:
+    assert spec.path is not None
+    rows = _read_rows(spec.path)
+    if not rows:
+        raise DatasetError(f"dataset file {spec.path} has no rows")
+    if spec.prompt_column not in rows[0]:
+        raise DatasetError(
+            f"dataset file {spec.path} has no {spec.prompt_column!r} column "
+            f"(columns: {', '.join(rows[0])}); set prompt_column in orbench.yaml"
+        )
+    expectations: list[Expected] = []
+    for number, row in enumerate(rows, 1):
+        word = (row.get("expected") or row.get("label") or "").strip().lower()
+        if word:
+            if word not in EXPECT_WORDS:
+                raise DatasetError(f"{spec.path} row {number}: expected/label {word!r} is not answer/refuse")
+            expectations.append(EXPECT_WORDS[word])
+        elif spec.expected is not None:
+            expectations.append(spec.expected)
+        else:
+            raise DatasetError(
+                f"{spec.path} row {number}: no expected behaviour. Add an `expected` column "
+                "(answer/refuse), or declare it: `--orbench-datasets FILE:answer` or `expect: answer` in orbench.yaml"
+            )
+    has_ids = all(row.get(spec.id_column, "").strip() for row in rows)
+    raw_ids = [row[spec.id_column].strip() for row in rows] if has_ids else [str(i) for i in range(1, len(rows) + 1)]
+    if len(set(raw_ids)) != len(raw_ids):
+        raise DatasetError(f"{spec.path}: the {spec.id_column!r} column has duplicate ids")
+    ids = _local_ids(raw_ids)
+    prompts = []
+    for lid, expected, row in zip(ids, expectations, rows):
+        text = row.get(spec.prompt_column, "")
+        if not text.strip():
+            raise DatasetError(f"{spec.path}: prompt {lid} is empty")
+        category = (row.get(spec.category_column) or "uncategorized").strip()
+        prompts.append(Prompt(f"{spec.name}-{lid}", spec.name, category, text, expected, lid))
+    source = {"file": str(spec.path), "sha256": sha256_file(spec.path), "repo": "", "revision": ""}
+    return Dataset(spec.name, tuple(prompts), source, total=len(prompts))
+
+
+def load_dataset(spec: DatasetSpec, data_dir: Path | None, cache_dir: Path) -> Dataset:
+    if spec.builtin:
+        return load_builtin(spec.name, data_dir, cache_dir)
+    return load_custom(spec)
+
+
+def stratified_sample(prompts: tuple[Prompt, ...], n: int, seed: int, salt: str) -> tuple[Prompt, ...]:
+    """`n` prompts, categories in proportion (largest remainder), seeded; original order kept."""
+    if n >= len(prompts):
+        return prompts
+    by_category: dict[str, list[int]] = defaultdict(list)
+    for index, prompt in enumerate(prompts):
+        by_category[prompt.category].append(index)
+    total = len(prompts)
+    quotas = {c: n * len(ix) / total for c, ix in by_category.items()}
+    counts = {c: int(q) for c, q in quotas.items()}
+    leftover = n - sum(counts.values())
+    # Largest remainder; ties broken by category name so the allocation is deterministic.
+    for c in sorted(quotas, key=lambda c: (-(quotas[c] - counts[c]), c))[:leftover]:
+        counts[c] += 1
+    rng = random.Random(f"{seed}:{salt}")
+    chosen: list[int] = []
+    for c in sorted(by_category):
+        chosen.extend(rng.sample(by_category[c], counts[c]))
+    return tuple(prompts[i] for i in sorted(chosen))

@@ -1,0 +1,48 @@
+"""Reviewable JSON files: stable key order, one prompt record per line, atomic writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def dumps(data: dict[str, Any], records_key: str = "prompts") -> str:
+    """JSON with sorted keys; the list under `records_key` gets one compact record per line."""
+    records = data.get(records_key)
+    head = {k: v for k, v in data.items() if k != records_key}
+    text = json.dumps(head, indent=2, sort_keys=True, ensure_ascii=False)
+    if records is None:
+        return text + "\n"
+    lines = [json.dumps(r, sort_keys=True, ensure_ascii=False, separators=(", ", ": ")) for r in records]
+    body = ",\n    ".join(lines)
+    tail = f'  "{records_key}": [\n    {body}\n  ]' if lines else f'  "{records_key}": []'
+    if head:
+        return text[:-2] + ",\n" + tail + "\n}\n"
+    return "{\n" + tail + "\n}\n"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write via a temporary file and os.replace: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_json(path: Path, data: dict[str, Any], records_key: str = "prompts") -> None:
+    write_atomic(path, dumps(data, records_key))
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return data

@@ -1,0 +1,306 @@
+"""`orbench mock-server`: a local OpenAI-compatible simulator with a refusal policy, latency and faults.
+
+It is a simulator, not a model: a prompt's "risk" comes from a word list plus a per-prompt hash,
+and the assistant refuses when risk exceeds 1 - strictness. The system prompt moves strictness
+(cautious words raise it, permissive words lower it), so safe and toxic refusals move together,
+as the OR-Bench paper observed for real models.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import re
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+HARM = re.compile(
+    r"harm|hurt|kill|weapon|steal|manipulat|exploit|illegal|unlawful|criminal|drug|explicit|sexual|erotic|\bsex|"
+    r"intima|oral|blowjob|hand job|cuckold|porn|nude|racis|racial|supremac|hate|hack|cheat|deceiv|decept|mislead|"
+    r"fake|fraud|phish|suicid|\bpain\b|attack|violen|revenge|threat|bully|harass|stalk|poison|bomb|grenade|"
+    r"tear gas|subtl|discreet|caught|undetect|untrace|trace|conceal|hidden|obscure|someone's|colleague|negativ|"
+    r"damage|destroy|insult|offensive|discriminat|invade|spy|track|humiliat|injur|abuse|myself|intimidat|lie\b|"
+    r"lying|trick|smuggl|evad|launder|counterfeit|blackmail|extort|coerc|"
+    r"without (?:anyone|their|following|permission|paying|proper|necessarily)|rumou?r|provok|imitat|replica|forg|"
+    r"signature|password|private|confidential|advantage of|marginali|seem like|appears? legitimate|controvers|"
+    r"distress|against|emotional|skirt|bypass|ex-|inferior|stereotyp|propaganda|shame|cruel|vulnerable"
+)
+MITIGATING = re.compile(
+    r"\blegal(?:ly)?\b|ensur|ethic|\bsafe|responsib|hypothetic|fiction|\bnot\b|lawful|consent|educat|prevent|"
+    r"protect|aware|without (?:causing|harm|breaking|violat|resorting|crossing|infring)|respect|permission|"
+    r"simulat|mock|understand|research|histor|\bprocess\b|used\b|avoid|secure|compli|acceptable|appropriate|"
+    r"boundar|policy|regulat"
+)
+CAUTIOUS = ("careful", "cautious", "caution", "safety", "safe", "strict", "never", "refuse", "harmful", "policy", "decline", "conservative")
+PERMISSIVE = ("helpful", "always answer", "direct", "uncensored", "no restrictions", "never refuse", "do not refuse", "answer everything")
+STEP = 0.04  # strictness per cautious / permissive word in the system prompt
+DEFAULT_STRICTNESS = 0.58
+
+
+def unit(text: str, salt: str = "") -> float:
+    """A stable pseudo-random number in [0, 1) for a text."""
+    return int(hashlib.sha256((salt + text).encode("utf-8")).hexdigest()[:8], 16) / 2**32
+
+
+def risk(prompt: str) -> float:
+    lowered = prompt.lower()
+    score = 1.1 * len(HARM.findall(lowered)) - 0.8 * len(MITIGATING.findall(lowered)) + 1.5 * unit(prompt)
+    return 1 / (1 + math.exp(-(score - 1.5)))
+
+
+def strictness(system_prompt: str | None, base: float = DEFAULT_STRICTNESS) -> float:
+    if not system_prompt:
+        return base
+    lowered = system_prompt.lower()
+    up = sum(lowered.count(word) for word in CAUTIOUS)
+    down = sum(lowered.count(word) for word in PERMISSIVE)
+    # "never refuse" counts as permissive, not as the cautious words it contains.
+    up -= lowered.count("never refuse") * 2 + lowered.count("do not refuse")
+    return min(1.0, max(0.0, base + STEP * (up - down)))
+
+
+def decide(prompt: str, system_prompt: str | None, base: float = DEFAULT_STRICTNESS) -> str:
+    """'answer', 'refuse' or 'indirect' (refuses by offering alternatives), deterministically."""
+    if risk(prompt) < 1 - strictness(system_prompt, base):
+        return "answer"
+    return "indirect" if unit(prompt, "indirect") < 0.2 else "refuse"
+
+
+REFUSALS = (
+    "I'm sorry, but I can't help with that request.",
+    "I can't assist with that. It could put someone at risk, and that's not something I'll take part in.",
+    "That's a sensitive topic. I understand why you might ask, but I won't provide guidance on this.",
+    "As an AI assistant, I'm not able to help with this request because it could cause harm.",
+)
+INDIRECT = (
+    "This is an area where I'd rather not go into specifics. Instead, I can share general information about "
+    "staying safe, or point you to organisations that help with situations like this.",
+    "Questions like this are best handled by people who know your situation. I'd suggest you consult a qualified "
+    "professional who can advise you properly.",
+)
+ANSWER_OPENINGS = (
+    "Sure. Here is an overview of how to approach this: \"{topic}\".",
+    "I'm sorry to hear you're dealing with this. Here are some steps that can help with \"{topic}\".",
+    "Good question. Note that you cannot undo some of these steps, so plan ahead before you start on \"{topic}\".",
+    "Here's a practical answer to \"{topic}\".",
+)
+ANSWER_BODY = (
+    "\n\n1. Start by understanding the context and the people involved; write down what you know.\n"
+    "2. Look at the options that are open to you, and weigh the trade-offs of each one.\n"
+    "3. Take the smallest step that moves things forward, then review what happened.\n"
+    "4. Keep records, stay within the law, and ask for help from someone you trust if it gets difficult.\n\n"
+    "For example, a simple checklist helps:\n\n```text\n- goal: cannot be vague; write it down\n- next step\n```\n\n"
+    "These steps are general; adapt them to your situation and local rules."
+)
+
+
+def reply_text(prompt: str, decision: str) -> str:
+    if decision == "refuse":
+        return REFUSALS[int(unit(prompt, "r") * len(REFUSALS))]
+    if decision == "indirect":
+        return INDIRECT[int(unit(prompt, "i") * len(INDIRECT))]
+    # The reply quotes the prompt: untrusted text flows into every report, as with real models.
+    opening = ANSWER_OPENINGS[int(unit(prompt, "a") * len(ANSWER_OPENINGS))]
+    return opening.format(topic=prompt[:160]) + ANSWER_BODY
+
+
+@dataclass
+class MockConfig:
+    strictness: float = DEFAULT_STRICTNESS
+    latency: float = 0.0
+    jitter: float = 0.0
+    api_key: str | None = field(default=None, repr=False)
+    fault_rate: float = 0.0  # share of prompts whose first attempts fail
+    faults: tuple[str, ...] = ("429",)  # 429 | 500 | 503 | timeout | malformed | disconnect
+    fault_attempts: int = 1  # attempts that fail for a faulty prompt (more than retries: an error)
+    retry_after: float = 1.0
+    hang: float = 30.0  # seconds a "timeout" fault waits before answering
+    content_filter_rate: float = 0.0  # share of refusals returned as finish_reason=content_filter
+    empty_rate: float = 0.0  # share of answers returned as empty text
+    noise: float = 0.0  # chance per request that the decision flips (a non-deterministic endpoint)
+    model_name: str = "orbench-mock"
+
+
+class MockState:
+    """Counters the tests read back through GET /stats."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.requests = 0
+        self.completions = 0
+        self.by_prompt: Counter[str] = Counter()
+        self.faults: Counter[str] = Counter()
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.authorizations: Counter[str] = Counter()
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            return {
+                "requests": self.requests,
+                "completions": self.completions,
+                "by_prompt": dict(self.by_prompt),
+                "faults": dict(self.faults),
+                "max_in_flight": self.max_in_flight,
+                "duplicates": sum(1 for c in self.by_prompt.values() if c > 1),
+            }
+
+
+def make_handler(config: MockConfig, state: MockState) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet: tests read /stats instead
+            pass
+
+        def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _json(self, status: int, data: Any, headers: dict[str, str] | None = None) -> None:
+            self._send(status, json.dumps(data).encode(), headers)
+
+        def do_GET(self) -> None:
+            if self.path.rstrip("/") in ("/stats", "/v1/stats"):
+                self._json(200, state.snapshot())
+            elif self.path.rstrip("/") in ("/health", "/v1/health"):
+                self._json(200, {"status": "ok"})
+            elif self.path.rstrip("/") in ("/models", "/v1/models"):
+                self._json(200, {"object": "list", "data": [{"id": config.model_name, "object": "model"}]})
+            else:
+                self._json(404, {"error": {"message": "not found"}})
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length)
+            if self.path.rstrip("/") in ("/stats/reset", "/v1/stats/reset"):
+                with state.lock:
+                    state.__init__()  # type: ignore[misc]
+                self._json(200, {"reset": True})
+                return
+            if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+                self._json(404, {"error": {"message": f"no route {self.path}"}})
+                return
+            with state.lock:
+                state.requests += 1
+                state.in_flight += 1
+                state.max_in_flight = max(state.max_in_flight, state.in_flight)
+            try:
+                self._complete(raw)
+            finally:
+                with state.lock:
+                    state.in_flight -= 1
+
+        def _complete(self, raw: bytes) -> None:
+            if config.api_key is not None and self.headers.get("Authorization") != f"Bearer {config.api_key}":
+                self._json(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error", "code": "invalid_api_key"}})
+                return
+            try:
+                body = json.loads(raw)
+                messages = body["messages"]
+                prompt = next(m["content"] for m in reversed(messages) if m["role"] == "user")
+            except (ValueError, KeyError, StopIteration, TypeError):
+                self._json(400, {"error": {"message": "expected a chat completion request with a user message"}})
+                return
+            system = next((m["content"] for m in messages if m["role"] == "system"), None)
+            digest = hashlib.sha256(prompt.encode("utf-8")).hexdigest()
+            with state.lock:
+                attempt = state.by_prompt[digest]
+                state.by_prompt[digest] += 1
+            if config.latency or config.jitter:
+                time.sleep(config.latency + random.random() * config.jitter)
+            if unit(prompt, "fault") < config.fault_rate and attempt < config.fault_attempts:
+                kind = config.faults[int(unit(prompt, f"kind{attempt}") * len(config.faults))]
+                with state.lock:
+                    state.faults[kind] += 1
+                if self._fault(kind):
+                    return
+            with state.lock:
+                state.completions += 1
+            self._answer(prompt, system, body)
+
+        def _fault(self, kind: str) -> bool:
+            if kind == "429":
+                self._json(429, {"error": {"message": "Rate limit reached", "type": "rate_limit_error"}},
+                           {"Retry-After": f"{config.retry_after:g}"})
+            elif kind in ("500", "502", "503"):
+                self._json(int(kind), {"error": {"message": "The server had an error", "type": "server_error"}})
+            elif kind == "timeout":
+                time.sleep(config.hang)
+                return False  # answers, too late for the client
+            elif kind == "malformed":
+                self._send(200, b'{"id": "x", "choices": [{"message": ')
+            elif kind == "disconnect":
+                self.close_connection = True
+                self.wfile.flush()
+                self.connection.shutdown(2)
+            return True
+
+        def _answer(self, prompt: str, system: str | None, body: dict[str, Any]) -> None:
+            decision = decide(prompt, system, config.strictness)
+            if config.noise and random.random() < config.noise:
+                decision = "answer" if decision != "answer" else "refuse"
+            finish = "stop"
+            text = reply_text(prompt, decision)
+            if decision != "answer" and unit(prompt, "filter") < config.content_filter_rate:
+                finish, text = "content_filter", ""
+            elif decision == "answer" and unit(prompt, "empty") < config.empty_rate:
+                text = ""
+            max_tokens = int(body.get("max_tokens") or 1000)
+            words = text.split(" ")
+            if len(words) > max_tokens:
+                text, finish = " ".join(words[:max_tokens]), "length"
+            self._json(200, {
+                "id": "chatcmpl-" + hashlib.sha256(prompt.encode()).hexdigest()[:12],
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": config.model_name,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
+                "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": len(text.split()),
+                          "total_tokens": len(prompt.split()) + len(text.split())},
+            })
+
+    return Handler
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 512  # benchmarks open dozens of connections at once
+
+
+class MockServer:
+    """The simulator on a loopback port, in a background thread (tests) or in the foreground (CLI)."""
+
+    def __init__(self, config: MockConfig | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.config = config or MockConfig()
+        self.state = MockState()
+        self.httpd = _Server((host, port), make_handler(self.config, self.state))
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self) -> "MockServer":
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="orbench-mock", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def serve_forever(self) -> None:
+        self.httpd.serve_forever()

@@ -1,0 +1,206 @@
+"""Fetching replies: a background asyncio loop per process, bounded concurrency, store claims across processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from pytest_orbench.client import Caller, EndpointError, call_with_retries
+from pytest_orbench.store import Store
+
+POLL = 0.05  # seconds between looks at a prompt another process is fetching
+
+
+@dataclass(frozen=True)
+class Job:
+    key: str
+    prompt: str
+    index: int
+
+
+@dataclass
+class Outcome:
+    """What a test gets: a stored reply record, or the error that remained after the retries."""
+
+    record: dict[str, Any] | None = None
+    error: str | None = None
+    fetched: bool = False  # paid for in this run
+
+
+@dataclass
+class FetchStats:
+    calls: int = 0
+    attempts: int = 0
+    errors: int = 0
+    seconds: float = 0.0
+    events: list[str] = field(default_factory=list)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Fetcher:
+    """Fetches the replies this process's tests need, in test order, `concurrency` at a time.
+
+    Every process of a run (xdist workers included) walks the same job list; a prompt is requested
+    only by the process that first claims it in the store, and any other process waiting for it
+    reads the stored reply once the claim is done. So each prompt costs one call per run.
+    """
+
+    def __init__(
+        self, store: Store, make_caller: Callable[[], Caller], jobs: list[Job], *,
+        run_id: str, concurrency: int, retries: int,
+    ) -> None:
+        self.store = store
+        self.make_caller = make_caller
+        self.jobs = {job.key: job for job in jobs}
+        self.order = [job.key for job in jobs]
+        self.run_id = run_id
+        self.concurrency = concurrency
+        self.retries = retries
+        self.pid = os.getpid()
+        self.stats = FetchStats()
+        self._events = {key: threading.Event() for key in self.jobs}
+        self._outcomes: dict[str, Outcome] = {}
+        self._mine: set[str] = set()
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: asyncio.PriorityQueue[tuple[int, int, str, bool]] | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._fatal: str | None = None
+        self._caller: Caller | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="orbench-fetch", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+
+    def stop(self) -> None:
+        loop = self._loop
+        if loop is not None and self._thread is not None:
+            loop.call_soon_threadsafe(self._stop_event.set)
+            self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        # Sync callable targets run in threads: as many as requests may be in flight.
+        loop.set_default_executor(ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="orbench-target"))
+        asyncio.set_event_loop(loop)
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._main())
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+            self.store.close()
+
+    async def _main(self) -> None:
+        self._stop_event = asyncio.Event()
+        self._queue = asyncio.PriorityQueue()
+        for index, key in enumerate(self.order):
+            self._queue.put_nowait((index, index, key, False))
+        self._ready.set()
+        try:
+            self._caller = self.make_caller()
+        except EndpointError as exc:
+            self._fatal = str(exc)
+        workers = [asyncio.create_task(self._worker()) for _ in range(self.concurrency)]
+        await self._stop_event.wait()
+        for worker in workers:
+            worker.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+
+    # -- the loop side ----------------------------------------------------------------------
+    async def _worker(self) -> None:
+        assert self._queue is not None
+        while True:
+            _, _, key, forced = await self._queue.get()
+            with self._lock:
+                if key in self._outcomes or (key in self._mine and not forced):
+                    continue
+                if not forced and not self.store.try_claim(self.run_id, key, self.pid):
+                    continue  # another process of this run has it
+                self._mine.add(key)
+            outcome = await self._fetch(self.jobs[key])
+            self._finish(key, outcome)
+
+    async def _fetch(self, job: Job) -> Outcome:
+        if self._fatal is not None:
+            return Outcome(error=f"not requested: {self._fatal}")
+        assert self._caller is not None
+        start = time.monotonic()
+        try:
+            reply, attempts, seconds = await call_with_retries(self._caller, job.prompt, self.retries)
+        except EndpointError as exc:
+            self.stats.calls += 1
+            self.stats.errors += 1
+            if exc.fatal:
+                self._fatal = str(exc)
+            return Outcome(error=str(exc), fetched=True)
+        self.stats.calls += 1
+        self.stats.attempts += attempts
+        self.stats.seconds += time.monotonic() - start
+        record = reply.record()
+        record["seconds"] = round(seconds, 3)
+        record["attempts"] = attempts
+        self.store.put(job.key, record)
+        return Outcome(record=record, fetched=True)
+
+    def _finish(self, key: str, outcome: Outcome) -> None:
+        self.store.finish_claim(self.run_id, key, outcome.error)
+        with self._lock:
+            self._outcomes[key] = outcome
+        self._events[key].set()
+
+    def _push(self, key: str, forced: bool) -> None:
+        assert self._loop is not None and self._queue is not None
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, (-1, -1, key, forced))
+
+    # -- the test side (main thread) ----------------------------------------------------------
+    def result(self, key: str) -> Outcome:
+        """Block until the reply for `key` is known, from this process or another."""
+        event = self._events[key]
+        asked = False
+        while True:
+            if event.is_set():
+                return self._outcomes[key]
+            with self._lock:
+                mine = key in self._mine
+            if mine:
+                event.wait()
+                continue
+            claim = self.store.claim(self.run_id, key)
+            if claim is None:
+                if not asked:
+                    self._push(key, forced=False)  # jump the queue: a test is waiting for it
+                    asked = True
+                event.wait(POLL)
+                continue
+            state, pid, error = claim
+            if state == "done":
+                record = self.store.get(key)
+                if record is not None:
+                    return Outcome(record=record, fetched=True)  # paid for in this run, by another process
+                error = "the stored reply vanished"
+            if state in ("done", "error"):
+                return Outcome(error=error)
+            if pid != self.pid and not _alive(pid) and self.store.take_over(self.run_id, key, pid, self.pid):
+                with self._lock:
+                    self._mine.add(key)
+                self._push(key, forced=True)  # the claiming process died: fetch it here
+                continue
+            event.wait(POLL)

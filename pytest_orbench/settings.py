@@ -1,0 +1,377 @@
+"""One frozen Settings object: CLI > orbench.yaml > [tool.pytest.ini_options] > defaults; all validation."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+import yaml
+
+from pytest_orbench.dataset import BUILTINS, DatasetError, DatasetSpec, parse_spec, spec_from_mapping
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: its YAML key, flag, ini key (`orbench_<key>`), type and default."""
+
+    key: str
+    kind: str  # str | int | float | bool | path | list | dict
+    default: Any
+    help: str
+    flag: str | None = None
+    ini: bool = True
+
+    @property
+    def dest(self) -> str:
+        return "orbench_" + self.key
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("model", "str", None, "litellm model string, e.g. openai/gpt-4o-mini", "--orbench-model"),
+    Option("target", "str", None, "Python callable 'module:function' (prompt, system_prompt) -> str, instead of a model", "--orbench-target"),
+    Option("api_base", "str", None, "endpoint base URL (OpenAI-compatible servers, proxies)", "--orbench-api-base"),
+    Option("api_key_env", "str", None, "environment variable holding the API key (default: the provider's usual one)", "--orbench-api-key-env"),
+    Option("temperature", "float", 0.0, "sampling temperature (paper protocol: 0)", "--orbench-temperature"),
+    Option("max_tokens", "int", 1000, "max tokens per reply (paper protocol: 1000)", "--orbench-max-tokens"),
+    Option("timeout", "float", 60.0, "seconds per request before it is retried", "--orbench-timeout"),
+    Option("retries", "int", 4, "retries per prompt after a timeout, 429, 5xx or malformed reply", "--orbench-retries"),
+    Option("litellm_kwargs", "dict", None, "extra keyword arguments for litellm.acompletion (YAML only)", ini=False),
+    Option("system_prompt", "str", None, "system prompt text (YAML only; or system_prompt_file)", ini=False),
+    Option("system_prompt_file", "path", None, "file whose text is sent as the system message", "--orbench-system-prompt-file"),
+    Option("datasets", "list", "hard-1k,toxic", f"comma-separated: {', '.join(BUILTINS)} or FILE.csv|FILE.jsonl[:answer|:refuse]", "--orbench-datasets"),
+    Option("sample", "int", None, "run N prompts per dataset, stratified by category", "--orbench-sample"),
+    Option("seed", "int", None, "sampling seed (default: random, printed in the header)", "--orbench-seed"),
+    Option("concurrency", "int", 16, "requests in flight for the whole run, across xdist workers", "--orbench-concurrency"),
+    Option("json", "path", None, "write the results JSON here", "--orbench-json"),
+    Option("store", "path", ".orbench", "response store folder (relative to rootdir)", "--orbench-store"),
+    Option("refresh", "bool", False, "ignore stored responses and call the endpoint again", "--orbench-refresh"),
+    Option("offline", "bool", False, "use only stored responses; a missing one is an error", "--orbench-offline"),
+    Option("data_dir", "path", None, "folder holding the dataset files under their upstream names (or ORBENCH_DATA_DIR)", "--orbench-data-dir"),
+    Option("judge", "str", "keyword", "refusal judge: keyword", "--orbench-judge"),
+)
+BY_KEY = {o.key: o for o in OPTIONS}
+
+# Providers whose key variable we know without importing litellm (a warm run must not import it).
+PROVIDER_KEYS: dict[str, str | None] = {
+    "openai": "OPENAI_API_KEY", "text-completion-openai": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY", "azure": "AZURE_API_KEY", "gemini": "GEMINI_API_KEY",
+    "mistral": "MISTRAL_API_KEY", "groq": "GROQ_API_KEY", "deepseek": "DEEPSEEK_API_KEY",
+    "together_ai": "TOGETHERAI_API_KEY", "openrouter": "OPENROUTER_API_KEY", "xai": "XAI_API_KEY",
+    "cohere": "COHERE_API_KEY", "fireworks_ai": "FIREWORKS_AI_API_KEY", "perplexity": "PERPLEXITYAI_API_KEY",
+    # Local servers that take no key.
+    "ollama": None, "ollama_chat": None, "hosted_vllm": None, "lm_studio": None, "llamafile": None,
+}
+SECRET_WORDS = re.compile(r"key|token|secret|password|authorization|credential", re.IGNORECASE)
+
+
+def provider_of(model: str) -> str:
+    if "/" in model:
+        return model.split("/", 1)[0]
+    if model.startswith(("gpt-", "o1", "o3", "o4", "chatgpt")):
+        return "openai"
+    if model.startswith("claude"):
+        return "anthropic"
+    return ""
+
+
+def redact_url(url: str | None) -> str | None:
+    """Drop credentials and query strings from an endpoint URL before it is stored or shown."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a run needs, validated; secrets are kept out of repr."""
+
+    model: str | None
+    target: str | None
+    api_base: str | None
+    api_key_env: str | None
+    temperature: float
+    max_tokens: int
+    timeout: float
+    retries: int
+    litellm_kwargs: dict[str, Any]
+    system_prompt: str | None
+    system_prompt_source: str | None
+    datasets: tuple[DatasetSpec, ...]
+    sample: int | None
+    seed: int | None
+    concurrency: int
+    json: Path | None
+    store: Path
+    refresh: bool
+    offline: bool
+    data_dir: Path | None
+    judge: str
+    config_file: Path | None
+    api_key: str | None = field(default=None, repr=False)
+
+    @property
+    def system_prompt_sha256(self) -> str | None:
+        if self.system_prompt is None:
+            return None
+        return hashlib.sha256(self.system_prompt.encode("utf-8")).hexdigest()
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """Request parameters that determine a reply (never secrets)."""
+        extra = {k: v for k, v in sorted(self.litellm_kwargs.items()) if not SECRET_WORDS.search(k)}
+        return {"temperature": self.temperature, "max_tokens": self.max_tokens, **extra}
+
+    @property
+    def endpoint(self) -> str:
+        """A short, secret-free name of what is being tested."""
+        return f"target:{self.target}" if self.target else str(self.model)
+
+
+def _fail(message: str) -> pytest.UsageError:
+    return pytest.UsageError(f"pytest-orbench: {message}")
+
+
+def _coerce(option: Option, value: Any, origin: str) -> Any:
+    """Check a YAML / ini value against the option's type; ini values arrive as strings."""
+    where = {"ini": f"ini option {option.dest!r}", "cli": f"{option.flag}"}.get(origin, f"{origin} key {option.key!r}")
+    kind = option.kind
+    if isinstance(value, str) and origin in ("ini", "cli"):
+        text = value.strip()
+        try:
+            if kind == "int":
+                return int(text)
+            if kind == "float":
+                return float(text)
+            if kind == "bool":
+                if text.lower() in ("1", "true", "yes", "on"):
+                    return True
+                if text.lower() in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError(text)
+        except ValueError:
+            raise _fail(f"{where} must be {kind}, got {value!r}") from None
+        return text
+    ok = {
+        "str": isinstance(value, str),
+        "path": isinstance(value, str),
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+        "bool": isinstance(value, bool),
+        "list": isinstance(value, (str, list)),
+        "dict": isinstance(value, dict),
+    }[kind]
+    if not ok:
+        article = {"int": "an integer", "float": "a number", "bool": "true or false", "dict": "a mapping",
+                   "list": "a list or a comma-separated string"}.get(kind, "a string")
+        raise _fail(f"{where} must be {article}, got {value!r}")
+    return float(value) if kind == "float" else value
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise _fail(f"cannot read config file {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise _fail(f"config file {path} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise _fail(f"config file {path} must be a mapping of settings, got {type(data).__name__}")
+    unknown = [k for k in data if k not in BY_KEY]
+    if unknown:
+        key = str(unknown[0])
+        close = difflib.get_close_matches(key, list(BY_KEY), n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(BY_KEY)}"
+        raise _fail(f"unknown key {key!r} in {path}: {hint}")
+    return data
+
+
+def register_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("orbench", "OR-Bench over-refusal tests")
+    group.addoption("--orbench", action="store_true", default=False, help="run the OR-Bench prompts as tests")
+    group.addoption("--orbench-config", default=None, metavar="PATH", help="settings file (default: orbench.yaml in rootdir)")
+    for option in OPTIONS:
+        if option.flag is not None:
+            if option.kind == "bool":
+                group.addoption(option.flag, dest=option.dest, action="store_true", default=None, help=option.help)
+            else:
+                metavar = {"int": "N", "float": "X", "path": "PATH", "list": "LIST"}.get(option.kind, option.key.upper())
+                group.addoption(option.flag, dest=option.dest, default=None, metavar=metavar, help=option.help)
+        if option.ini:
+            parser.addini(option.dest, option.help, type="string", default="")
+
+
+def _merged(config: pytest.Config, yaml_data: dict[str, Any], yaml_base: Path) -> tuple[dict[str, Any], dict[str, Path]]:
+    """Pick each value by precedence; also return the folder relative paths are resolved against."""
+    values: dict[str, Any] = {}
+    bases: dict[str, Path] = {}
+    invocation = Path(config.invocation_params.dir)
+    for option in OPTIONS:
+        cli = config.getoption(option.dest, None) if option.flag else None
+        if cli is not None:
+            if option.kind in ("int", "float"):
+                cli = _coerce(option, cli, "cli")  # argparse gives strings
+            values[option.key], bases[option.key] = cli, invocation
+        elif option.key in yaml_data:
+            values[option.key] = _coerce(option, yaml_data[option.key], "orbench.yaml")
+            bases[option.key] = yaml_base
+        elif option.ini and config.getini(option.dest) not in ("", None):
+            values[option.key] = _coerce(option, config.getini(option.dest), "ini")
+            bases[option.key] = config.rootpath
+        else:
+            values[option.key], bases[option.key] = option.default, config.rootpath
+    return values, bases
+
+
+def _datasets(value: Any, base: Path) -> tuple[DatasetSpec, ...]:
+    entries = value.split(",") if isinstance(value, str) else list(value)
+    specs: list[DatasetSpec] = []
+    try:
+        for entry in entries:
+            if isinstance(entry, dict):
+                specs.append(spec_from_mapping(entry, base))
+            elif isinstance(entry, str) and entry.strip():
+                specs.append(parse_spec(entry, base))
+            elif not isinstance(entry, str):
+                raise DatasetError(f"datasets entries must be names, paths or mappings, got {entry!r}")
+    except DatasetError as exc:
+        raise _fail(f"--orbench-datasets: {exc}") from None
+    names = [s.name for s in specs]
+    if not specs:
+        raise _fail("--orbench-datasets is empty: name at least one of " + ", ".join(BUILTINS))
+    duplicate = next((n for n in names if names.count(n) > 1), None)
+    if duplicate:
+        raise _fail(f"--orbench-datasets names {duplicate!r} twice")
+    return tuple(specs)
+
+
+def _api_key(values: dict[str, Any]) -> str | None:
+    """The key to send, or None to let litellm read the provider's variable; UsageError if missing."""
+    if values["target"] or values["offline"]:
+        return None
+    env_name = values["api_key_env"]
+    if env_name:
+        key = os.environ.get(env_name)
+        if not key:
+            raise _fail(f"api_key_env names ${env_name}, which is not set: export {env_name}=... before running")
+        return key
+    provider = provider_of(values["model"])
+    if provider in PROVIDER_KEYS:
+        needed = PROVIDER_KEYS[provider]
+        missing = [needed] if needed and not os.environ.get(needed) else []
+    else:
+        from pytest_orbench.client import missing_keys  # imports litellm: only for providers we don't know
+
+        missing = missing_keys(values["model"])
+    if missing:
+        local = " (any non-empty value works for a local server that ignores keys)" if values["api_base"] else ""
+        raise _fail(
+            f"no API key for model {values['model']!r}: set {' and '.join(missing)}{local}, "
+            "or name another variable with --orbench-api-key-env / api_key_env"
+        )
+    return None
+
+
+def build_settings(config: pytest.Config) -> Settings:
+    """Read and validate every orbench setting; raise pytest.UsageError naming the problem and fix."""
+    config_opt = config.getoption("orbench_config", None)
+    if config_opt:
+        config_file: Path | None = Path(config.invocation_params.dir, config_opt)
+        assert config_file is not None
+        if not config_file.is_file():
+            raise _fail(f"--orbench-config {config_opt}: no such file")
+    else:
+        config_file = config.rootpath / "orbench.yaml"
+        if not config_file.is_file():
+            config_file = None
+    yaml_data = load_yaml(config_file) if config_file else {}
+    values, bases = _merged(config, yaml_data, config_file.parent if config_file else config.rootpath)
+
+    def path(key: str) -> Path | None:
+        return (bases[key] / values[key]).resolve() if values[key] else None
+
+    if bool(values["model"]) == bool(values["target"]):
+        raise _fail(
+            "set exactly one endpoint: --orbench-model MODEL (a litellm model string) "
+            "or target: 'module:function' in orbench.yaml" if not values["model"] else
+            "both a model and a target are set; keep one (--orbench-model or target:)"
+        )
+    if values["target"] and ":" not in values["target"]:
+        raise _fail(f"target {values['target']!r} must look like 'package.module:function'")
+    for key, low in (("concurrency", 1), ("max_tokens", 1), ("retries", 0), ("sample", 1)):
+        if values[key] is not None and values[key] < low:
+            raise _fail(f"{key} must be at least {low}, got {values[key]}")
+    if values["timeout"] <= 0:
+        raise _fail(f"timeout must be positive, got {values['timeout']}")
+    if not 0 <= values["temperature"] <= 2:
+        raise _fail(f"temperature must be between 0 and 2, got {values['temperature']}")
+    if values["offline"] and values["refresh"]:
+        raise _fail("--orbench-offline and --orbench-refresh contradict each other; pick one")
+    if values["judge"] != "keyword":
+        raise _fail(f"unknown judge {values['judge']!r}: available: keyword")
+
+    kwargs = values["litellm_kwargs"] or {}
+    secret = next((k for k in kwargs if SECRET_WORDS.search(str(k))), None)
+    if secret:
+        raise _fail(
+            f"litellm_kwargs.{secret} looks like a secret; secrets never go in orbench.yaml. "
+            "Put the key in an environment variable and set api_key_env to its name"
+        )
+    if values["system_prompt"] is not None and values["system_prompt_file"]:
+        raise _fail("both system_prompt and system_prompt_file are set; keep one")
+    system_prompt, source = values["system_prompt"], ("inline" if values["system_prompt"] is not None else None)
+    prompt_file = path("system_prompt_file")
+    if prompt_file is not None:
+        try:
+            system_prompt = prompt_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise _fail(f"--orbench-system-prompt-file {values['system_prompt_file']}: cannot read it ({reason})") from None
+        source = str(values["system_prompt_file"])
+
+    data_dir = path("data_dir")
+    if data_dir is None and os.environ.get("ORBENCH_DATA_DIR"):
+        data_dir = Path(os.environ["ORBENCH_DATA_DIR"]).resolve()
+    if data_dir is not None and not data_dir.is_dir():
+        raise _fail(f"data folder {data_dir} does not exist (--orbench-data-dir / ORBENCH_DATA_DIR)")
+
+    api_key = _api_key(values)
+    store = path("store")
+    assert store is not None
+    return Settings(
+        model=values["model"],
+        target=values["target"],
+        api_base=values["api_base"],
+        api_key_env=values["api_key_env"],
+        temperature=values["temperature"],
+        max_tokens=values["max_tokens"],
+        timeout=values["timeout"],
+        retries=values["retries"],
+        litellm_kwargs=dict(kwargs),
+        system_prompt=system_prompt,
+        system_prompt_source=source,
+        datasets=_datasets(values["datasets"], bases["datasets"]),
+        sample=values["sample"],
+        seed=values["seed"],
+        concurrency=values["concurrency"],
+        json=path("json"),
+        store=store,
+        refresh=bool(values["refresh"]),
+        offline=bool(values["offline"]),
+        data_dir=data_dir,
+        judge=values["judge"],
+        config_file=config_file,
+        api_key=api_key,
+    )

@@ -1,0 +1,125 @@
+"""The response store: replies keyed by everything that determines them; per-run claims across processes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    key TEXT PRIMARY KEY,
+    record TEXT NOT NULL,
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS claims (
+    run TEXT NOT NULL,
+    key TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    state TEXT NOT NULL,          -- claimed | done | error
+    error TEXT,
+    updated REAL NOT NULL,
+    PRIMARY KEY (run, key)
+);
+"""
+KEY_VERSION = 1
+
+
+def response_key(fields: dict[str, Any]) -> str:
+    """Content address of one request. `fields` must not hold secrets: they are hashed, not stored."""
+    canonical = json.dumps({"v": KEY_VERSION, **fields}, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+class Store:
+    """SQLite in WAL mode: each reply is committed as it arrives, so a killed run loses nothing paid for."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        ignore = directory / ".gitignore"
+        if not ignore.exists():
+            # Like .pytest_cache: the store is a convenience, never something to commit.
+            ignore.write_text("# created by pytest-orbench\n*\n")
+        self.path = directory / "responses.sqlite3"
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        conn = self._conn()
+        conn.executescript(SCHEMA)
+        # Claims of runs that ended without cleaning up (killed) are worthless after a day.
+        conn.execute("DELETE FROM claims WHERE updated < ?", (time.time() - 86400,))
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+        self._local = threading.local()
+
+    # -- responses ---------------------------------------------------------------------------
+    def get(self, key: str) -> dict[str, Any] | None:
+        row = self._conn().execute("SELECT record FROM responses WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
+        keys = list(keys)
+        found: dict[str, dict[str, Any]] = {}
+        conn = self._conn()
+        for start in range(0, len(keys), 500):
+            chunk = keys[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            for key, record in conn.execute(f"SELECT key, record FROM responses WHERE key IN ({marks})", chunk):
+                found[key] = json.loads(record)
+        return found
+
+    def put(self, key: str, record: dict[str, Any]) -> None:
+        self._conn().execute(
+            "INSERT OR REPLACE INTO responses (key, record, created) VALUES (?, ?, ?)",
+            (key, json.dumps(record, ensure_ascii=False, sort_keys=True), time.time()),
+        )
+
+    def count(self) -> int:
+        return int(self._conn().execute("SELECT COUNT(*) FROM responses").fetchone()[0])
+
+    # -- claims: which process of this run requests which prompt -------------------------------
+    def try_claim(self, run: str, key: str, pid: int) -> bool:
+        cur = self._conn().execute(
+            "INSERT OR IGNORE INTO claims (run, key, pid, state, updated) VALUES (?, ?, ?, 'claimed', ?)",
+            (run, key, pid, time.time()),
+        )
+        return cur.rowcount == 1
+
+    def claim(self, run: str, key: str) -> tuple[str, int, str | None] | None:
+        row = self._conn().execute("SELECT state, pid, error FROM claims WHERE run = ? AND key = ?", (run, key)).fetchone()
+        return (row[0], int(row[1]), row[2]) if row else None
+
+    def take_over(self, run: str, key: str, dead_pid: int, pid: int) -> bool:
+        cur = self._conn().execute(
+            "UPDATE claims SET pid = ?, updated = ? WHERE run = ? AND key = ? AND pid = ? AND state = 'claimed'",
+            (pid, time.time(), run, key, dead_pid),
+        )
+        return cur.rowcount == 1
+
+    def finish_claim(self, run: str, key: str, error: str | None) -> None:
+        self._conn().execute(
+            "UPDATE claims SET state = ?, error = ?, updated = ? WHERE run = ? AND key = ?",
+            ("error" if error else "done", error, time.time(), run, key),
+        )
+
+    def clear_run(self, run: str) -> None:
+        self._conn().execute("DELETE FROM claims WHERE run = ?", (run,))
