@@ -8,6 +8,7 @@ import inspect
 import os
 import random
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Protocol
 
@@ -48,6 +49,8 @@ class Reply:
 class Caller(Protocol):
     async def __call__(self, prompt: str) -> Reply: ...
 
+    async def aclose(self) -> None: ...
+
 
 _litellm: Any = None
 
@@ -57,8 +60,17 @@ def _import_litellm() -> Any:
     if _litellm is None:
         # litellm fetches a price table over the network at import unless told not to.
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        import litellm
+        # Warning filters are process-wide: under a user's `filterwarnings = error`, warnings that
+        # litellm and pydantic emit on first use (lazy schema builds) would become exceptions in
+        # the fetch thread. Import and build those models once here, with warnings ignored.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import litellm
 
+            litellm.ModelResponse(
+                choices=[{"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "stop"}],
+                usage={"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            )
         litellm.suppress_debug_info = True  # no "Give Feedback" banners in the test output
         litellm.telemetry = False
         _litellm = litellm
@@ -95,6 +107,28 @@ class LiteLLMCaller:
     def _scrub(self, text: str) -> str:
         key = self.settings.api_key or (os.environ.get(self.settings.api_key_env) if self.settings.api_key_env else None)
         return text.replace(key, "***") if key else text
+
+    async def aclose(self) -> None:
+        """Close litellm's cached HTTP sessions inside the loop that opened them.
+
+        litellm caches clients bound to the running event loop; left open they raise
+        ResourceWarning (an error under filterwarnings=error) and break the next session run in
+        the same process (pytester, notebooks).
+        """
+        ll = self.litellm
+        try:
+            # litellm runs a background logging task on the calling loop; stop it before the
+            # loop closes, or it is destroyed pending (a warning, an error under -W error).
+            from litellm.litellm_core_utils.logging_worker import GLOBAL_LOGGING_WORKER
+
+            await asyncio.wait_for(GLOBAL_LOGGING_WORKER.flush(), timeout=5)
+        except (ImportError, asyncio.TimeoutError):
+            pass
+        finally:
+            if "GLOBAL_LOGGING_WORKER" in locals():
+                await GLOBAL_LOGGING_WORKER.stop()
+        await ll.close_litellm_async_clients()
+        ll.in_memory_llm_clients_cache.flush_cache()
 
     async def __call__(self, prompt: str) -> Reply:
         s = self.settings
@@ -148,6 +182,9 @@ class CallableCaller:
         self.system_prompt = settings.system_prompt
         self.timeout = settings.timeout
         self.function = load_target(settings.target)
+
+    async def aclose(self) -> None:
+        pass
 
     async def __call__(self, prompt: str) -> Reply:
         try:

@@ -52,6 +52,10 @@ class PromptItem(pytest.Item):
         self.plugin = plugin
         self.outcome: Outcome | None = None
         self.add_marker("orbench")
+        # The reply is fetched by litellm in a background thread while this item runs, and warning
+        # filters are process-wide: a user's `filterwarnings = error` must not turn litellm's own
+        # warnings into failed endpoint calls. No user code runs inside a prompt item.
+        self.add_marker(pytest.mark.filterwarnings("ignore"))
         # -k "hard-1k and privacy", -k "refuse": dataset, category and expectation are keywords.
         self.extra_keyword_matches.update({prompt.dataset, prompt.category, prompt.expected})
 
@@ -157,9 +161,14 @@ class OrbenchPlugin:
         }
         for dataset in self.datasets:
             node = DatasetNode.from_parent(session, name=dataset.name, nodeid=f"orbench/{dataset.name}")
-            for prompt in dataset.prompts:
-                key = response_key({**base, "prompt": prompt.text})
-                items.append(PromptItem.from_parent(node, name=_item_name(prompt), prompt=prompt, key=key, plugin=self))
+            created = [
+                PromptItem.from_parent(node, name=_item_name(p), prompt=p, plugin=self,
+                                       key=response_key({**base, "prompt": p.text}))
+                for p in dataset.prompts
+            ]
+            # A collect report, as a file collector would send, so "collected N items" counts them.
+            session.ihook.pytest_collectreport(report=pytest.CollectReport(node.nodeid, "passed", None, created))
+            items.extend(created)
 
     # -- fetching ---------------------------------------------------------------------------
     @pytest.hookimpl(wrapper=True)

@@ -123,6 +123,8 @@ class Fetcher:
         for worker in workers:
             worker.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
+        if self._caller is not None:
+            await self._caller.aclose()
 
     # -- the loop side ----------------------------------------------------------------------
     async def _worker(self) -> None:

@@ -1,0 +1,115 @@
+"""Settings: precedence, validation errors that name the fix, and an installed-but-off plugin costing nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from tests.conftest import mock_args, stats
+
+pytestmark = pytest.mark.usefixtures("orbench_env")
+
+
+def usage_error(result: pytest.RunResult, *patterns: str) -> None:
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + result.stderr.str()
+    result.stderr.fnmatch_lines([f"*{p}*" for p in patterns])
+
+
+def test_disabled_plugin_collects_nothing_and_imports_nothing(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_plain="def test_ok():\n    assert True\n")
+    code = (
+        "import sys, pytest\n"
+        "ret = pytest.main(['-q', '-p', 'no:cacheprovider'])\n"
+        "heavy = [m for m in ('litellm', 'pytest_orbench.dataset', 'pytest_orbench.client', 'scipy') if m in sys.modules]\n"
+        "print('HEAVY', heavy)\n"
+        "sys.exit(ret)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=pytester.path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 passed" in proc.stdout
+    assert "HEAVY []" in proc.stdout
+
+
+def test_precedence_cli_over_yaml_over_ini(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\norbench_model = openai/from-ini\norbench_datasets = toxic\n")
+    header = ["--orbench", "--collect-only", "-q", "-p", "no:cacheprovider"]
+    assert "openai/from-ini" in pytester.runpytest(*header, "-v").stdout.str()
+    pytester.makefile(".yaml", orbench="model: openai/from-yaml\n")
+    result = pytester.runpytest(*header, "-v")
+    assert "openai/from-yaml" in result.stdout.str() and "openai/from-ini" not in result.stdout.str()
+    result = pytester.runpytest(*header, "-v", "--orbench-model", "openai/from-cli")
+    assert "openai/from-cli" in result.stdout.str() and "openai/from-yaml" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*655 tests collected*"])  # datasets still from the ini
+
+
+def test_unknown_yaml_key_suggests_the_right_one(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".yaml", orbench="model: openai/x\nconcurency: 8\n")
+    usage_error(pytester.runpytest("--orbench"), "unknown key 'concurency'", "did you mean 'concurrency'?")
+
+
+@pytest.mark.parametrize(("yaml_text", "message"), [
+    ("model: openai/x\nconcurrency: eight\n", "'concurrency' must be an integer, got 'eight'"),
+    ("model: openai/x\ntemperature: hot\n", "'temperature' must be a number"),
+    ("model: openai/x\nrefresh: 1\n", "'refresh' must be true or false"),
+    ("model: openai/x\nlitellm_kwargs: [1]\n", "'litellm_kwargs' must be a mapping"),
+    ("model: openai/x\nlitellm_kwargs: {api_key: sk-abc}\n", "litellm_kwargs.api_key looks like a secret"),
+    ("- just\n- a list\n", "must be a mapping of settings"),
+    ("model: [unclosed\n", "is not valid YAML"),
+    ("model: openai/x\ntarget: app:f\n", "both a model and a target are set"),
+    ("datasets: toxic\n", "set exactly one endpoint"),
+    ("model: openai/x\ndatasets: hard-1k,nope\n", "unknown dataset 'nope'"),
+    ("model: openai/x\nconcurrency: 0\n", "concurrency must be at least 1"),
+    ("model: openai/x\nsystem_prompt: hi\nsystem_prompt_file: s.txt\n", "both system_prompt and system_prompt_file"),
+    ("model: openai/x\njudge: gpt4\n", "unknown judge 'gpt4'"),
+])
+def test_bad_settings_are_usage_errors(pytester: pytest.Pytester, yaml_text: str, message: str) -> None:
+    pytester.makefile(".yaml", orbench=yaml_text)
+    usage_error(pytester.runpytest("--orbench"), message)
+
+
+def test_bad_cli_values(pytester: pytest.Pytester) -> None:
+    usage_error(pytester.runpytest("--orbench", "--orbench-model", "openai/x", "--orbench-concurrency", "many"),
+                "--orbench-concurrency must be int, got 'many'")
+    usage_error(pytester.runpytest("--orbench", "--orbench-model", "openai/x", "--orbench-offline", "--orbench-refresh"),
+                "contradict each other")
+    usage_error(pytester.runpytest("--orbench", "--orbench-config", "missing.yaml"), "--orbench-config missing.yaml: no such file")
+
+
+def test_missing_api_key_fails_before_any_call(pytester: pytest.Pytester, mock: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY")
+    result = pytester.runpytest(*mock_args(mock))
+    usage_error(result, "no API key for model 'openai/orbench-mock': set OPENAI_API_KEY*")
+    usage_error(pytester.runpytest(*mock_args(mock, "--orbench-api-key-env", "MY_KEY")), "api_key_env names $MY_KEY, which is not set*")
+    assert stats(mock.url)["requests"] == 0
+    # Offline needs no key: nothing will be called.
+    assert pytester.runpytest(*mock_args(mock, "--orbench-offline", "--collect-only")).ret == 0
+
+
+def test_unreadable_system_prompt_file(pytester: pytest.Pytester, mock: Any) -> None:
+    usage_error(pytester.runpytest(*mock_args(mock, "--orbench-system-prompt-file", "nope.txt")),
+                "--orbench-system-prompt-file nope.txt: cannot read it (No such file or directory)")
+    pytester.path.joinpath("bad.txt").write_bytes(b"\xff\xfe\x00bad")
+    usage_error(pytester.runpytest(*mock_args(mock, "--orbench-system-prompt-file", "bad.txt")), "cannot read it (not UTF-8 text)")
+    assert stats(mock.url)["requests"] == 0
+
+
+def test_yaml_paths_are_relative_to_the_yaml_file(pytester: pytest.Pytester) -> None:
+    conf = pytester.mkdir("conf")
+    conf.joinpath("system.txt").write_text("Be careful.", encoding="utf-8")
+    conf.joinpath("orbench.yaml").write_text("model: openai/x\nsystem_prompt_file: system.txt\ndatasets: toxic\n", encoding="utf-8")
+    result = pytester.runpytest("--orbench", "--orbench-config", "conf/orbench.yaml", "--collect-only", "-v")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*system prompt * (system.txt)*"])
+
+
+def test_seed_is_printed_and_reproduces_the_sample(pytester: pytest.Pytester) -> None:
+    args = ("--orbench", "--orbench-model", "openai/x", "--orbench-sample", "20", "--collect-only", "-q")
+    first = pytester.runpytest(*args, "-v")
+    seed = next(line for line in first.stdout.lines if line.startswith("orbench:")).split("seed ")[1].split(" ")[0]
+    again = pytester.runpytest(*args, "--orbench-seed", seed)
+    items = [line for line in first.stdout.lines if line.startswith("orbench/")]
+    assert len(items) == 40  # 20 per dataset
+    assert items == [line for line in again.stdout.lines if line.startswith("orbench/")]
