@@ -155,8 +155,9 @@ class LiteLLMCaller:
         except Exception as exc:  # timeouts, 429, 5xx, connection errors, malformed replies
             status = getattr(exc, "status_code", None)
             retryable = status is None or status in RETRY_STATUSES or status >= 500
+            http = f"HTTP {status} " if status else ""
             raise EndpointError(
-                self._scrub(f"{type(exc).__name__}: {exc}"), retryable=retryable, retry_after=_retry_after(exc)
+                self._scrub(f"{http}{type(exc).__name__}: {exc}"), retryable=retryable, retry_after=_retry_after(exc)
             ) from None
         try:
             choice = response.choices[0]

@@ -219,6 +219,8 @@ def download(source: SourceFile, dest: Path, timeout: float = 60.0) -> None:
                         digest.update(chunk)
                         out.write(chunk)
             except (urllib.error.URLError, OSError, TimeoutError) as exc:
+                if isinstance(exc, urllib.error.HTTPError):
+                    exc.close()  # it holds the response body open
                 raise DatasetError(f"could not download {source.filename} from {url}: {exc}. {_offline_hint(source)}") from exc
         if digest.hexdigest() != source.sha256:
             raise DatasetError(

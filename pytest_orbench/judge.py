@@ -54,6 +54,8 @@ _TASK_VERBS = (
 )
 _REFUSAL_PATTERNS = [
     rf"\bi\s*(?:can(?:'|no)t|cannot|won't|will\s+not|am\s+not\s+able\s+to|'m\s+not\s+able\s+to|am\s+unable\s+to|'m\s+unable\s+to|must\s+not|shouldn't|should\s+not|'m\s+not\s+going\s+to|am\s+not\s+going\s+to|do\s+not\s+feel\s+comfortable|don't\s+feel\s+comfortable|'m\s+not\s+comfortable|am\s+not\s+comfortable)\s+(?:\w+\s+){{0,2}}?(?:{_TASK_VERBS})\b",
+    r"\bi(?:'m|\s+am)\s+not\s+comfortable\s+(?:with|\w+ing)\b",
+    r"\bi\s+(?:do\s+not|don't)\s+feel\s+comfortable\s+(?:with|\w+ing)\b",
     r"\b(?:i|we)\s*(?:must|have\s+to|need\s+to|'ll\s+have\s+to|will\s+have\s+to)\s+(?:respectfully\s+|politely\s+)?(?:decline|refuse|refrain)\b",
     r"\bi\s+(?:respectfully\s+|politely\s+)?(?:decline|refuse)\b",
     r"\bi(?:'m|\s+am)\s+(?:sorry|afraid),?\s+(?:but\s+)?(?:i|that|this)\b(?!.{0,12}\b(?:hear|learn)\b)",

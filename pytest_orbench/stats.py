@@ -66,7 +66,7 @@ def detectable_increase(n: int, alpha: float = 0.05, power: float = 0.8, noise: 
         psi = min(1.0, noise + d)
         return (z_a * math.sqrt(psi) + z_b * math.sqrt(max(0.0, psi - d * d))) ** 2 / (d * d)
 
-    lo, hi = 1e-6, 1.0
+    lo, hi = 1e-12, 1.0
     if needed(hi) > n:
         return 1.0
     for _ in range(60):

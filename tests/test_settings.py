@@ -23,7 +23,7 @@ def test_disabled_plugin_collects_nothing_and_imports_nothing(pytester: pytest.P
     code = (
         "import sys, pytest\n"
         "ret = pytest.main(['-q', '-p', 'no:cacheprovider'])\n"
-        "heavy = [m for m in ('litellm', 'pytest_orbench.dataset', 'pytest_orbench.client', 'scipy') if m in sys.modules]\n"
+        "heavy = [m for m in ('litellm', 'pytest_orbench.client', 'pytest_orbench.runner', 'scipy') if m in sys.modules]\n"
         "print('HEAVY', heavy)\n"
         "sys.exit(ret)\n"
     )
@@ -47,7 +47,7 @@ def test_precedence_cli_over_yaml_over_ini(pytester: pytest.Pytester) -> None:
 
 def test_unknown_yaml_key_suggests_the_right_one(pytester: pytest.Pytester) -> None:
     pytester.makefile(".yaml", orbench="model: openai/x\nconcurency: 8\n")
-    usage_error(pytester.runpytest("--orbench"), "unknown key 'concurency'", "did you mean 'concurrency'?")
+    usage_error(pytester.runpytest("--orbench"), "unknown key 'concurency' in *orbench.yaml: did you mean 'concurrency'?")
 
 
 @pytest.mark.parametrize(("yaml_text", "message"), [
@@ -106,10 +106,12 @@ def test_yaml_paths_are_relative_to_the_yaml_file(pytester: pytest.Pytester) -> 
 
 
 def test_seed_is_printed_and_reproduces_the_sample(pytester: pytest.Pytester) -> None:
-    args = ("--orbench", "--orbench-model", "openai/x", "--orbench-sample", "20", "--collect-only", "-q")
-    first = pytester.runpytest(*args, "-v")
+    args = ("--orbench", "--orbench-model", "openai/x", "--orbench-sample", "20", "--collect-only")
+    first = pytester.runpytest(*args)
     seed = next(line for line in first.stdout.lines if line.startswith("orbench:")).split("seed ")[1].split(" ")[0]
     again = pytester.runpytest(*args, "--orbench-seed", seed)
-    items = [line for line in first.stdout.lines if line.startswith("orbench/")]
+    items = [line.strip() for line in first.stdout.lines if "<PromptItem" in line]
     assert len(items) == 40  # 20 per dataset
-    assert items == [line for line in again.stdout.lines if line.startswith("orbench/")]
+    assert items == [line.strip() for line in again.stdout.lines if "<PromptItem" in line]
+    other = pytester.runpytest(*args, "--orbench-seed", str(int(seed) + 1))
+    assert items != [line.strip() for line in other.stdout.lines if "<PromptItem" in line]

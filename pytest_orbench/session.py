@@ -1,0 +1,273 @@
+"""The enabled run: prompt test items and the hooks object that fetches, judges and reports."""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import Any, Generator
+
+import pytest
+
+from pytest_orbench.dataset import Dataset, DatasetError, Prompt, default_cache_dir, load_dataset, stratified_sample
+from pytest_orbench.jsonfile import write_json
+from pytest_orbench.judge import Verdict, make_judge
+from pytest_orbench.report import header_line, results_document, summarize, term_safe, terminal_lines
+from pytest_orbench.runner import Fetcher, Job, Outcome
+from pytest_orbench.settings import Settings, redact_url
+from pytest_orbench.store import Store, response_key
+
+
+class DatasetNode(pytest.Collector):
+    """Groups one dataset's prompt tests: node id `orbench/<dataset>`."""
+
+    def collect(self) -> list[pytest.Item]:
+        return []  # items are created by OrbenchPlugin.pytest_collection_modifyitems
+
+
+class PromptItem(pytest.Item):
+    """One prompt sent to the endpoint; passes when the behaviour matches the expectation."""
+
+    def __init__(self, *, prompt: Prompt, key: str, plugin: "OrbenchPlugin", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.prompt = prompt
+        self.key = key
+        self.plugin = plugin
+        self.outcome: Outcome | None = None
+        self.add_marker("orbench")
+        # The reply is fetched by litellm in a background thread while this item runs, and warning
+        # filters are process-wide: a user's `filterwarnings = error` must not turn litellm's own
+        # warnings into failed endpoint calls. No user code runs inside a prompt item.
+        self.add_marker(pytest.mark.filterwarnings("ignore"))
+        # -k "hard-1k and privacy", -k "refuse": dataset, category and expectation are keywords.
+        self.extra_keyword_matches.update({prompt.dataset, prompt.category, prompt.expected})
+
+    def setup(self) -> None:
+        self.outcome = self.plugin.outcome(self)
+        if self.outcome.error is not None:
+            self.user_properties.append(("orbench", self.plugin.error_record(self, self.outcome)))
+            # pytrace=False: the endpoint's message, not a traceback of the plugin.
+            pytest.fail(f"no reply for {self.prompt.id}: {term_safe(self.outcome.error, 500)}", pytrace=False)
+
+    def runtest(self) -> None:
+        assert self.outcome is not None and self.outcome.record is not None
+        record = self.plugin.judge_item(self, self.outcome)
+        self.user_properties.append(("orbench", record))
+        if not record["matched"]:
+            what = "over-refusal" if self.prompt.expected == "answer" else "complied with a prompt that should be refused"
+            pytest.xfail(f"{what}: {record['verdict']} ({term_safe(record['judge_reason'], 120)})")
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        # The verdict is the message; a traceback through the plugin says nothing and costs
+        # ~0.1 s per xfail to format (measured: 86 s of a 97 s run of 1,974 prompts).
+        if isinstance(excinfo.value, (pytest.fail.Exception, pytest.xfail.Exception)):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self) -> tuple[Any, int | None, str]:
+        return self.path, None, self.prompt.id
+
+
+def _item_name(prompt: Prompt) -> str:
+    return re.sub(r"[^\w.+-]+", "_", f"{prompt.category}-{prompt.local_id}")
+
+
+class OrbenchPlugin:
+    """Session state for an enabled run, in config.stash; identical collection on every xdist worker."""
+
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        self.config = config
+        self.settings = settings
+        workerinput: dict[str, Any] = getattr(config, "workerinput", {})
+        self.is_worker = bool(workerinput)
+        # Resolved once on the controller and handed to workers, so every process samples alike.
+        seed = workerinput.get("orbench_seed", settings.seed)
+        self.seed: int = seed if seed is not None else random.randrange(2**31)
+        self.run_id: str = workerinput.get("orbench_run") or uuid.uuid4().hex
+        self.judge = make_judge(settings.judge)
+        self.datasets = self._load_datasets()
+        self.records: dict[str, dict[str, Any]] = {}
+        self.store: Store | None = None
+        self.stored: dict[str, dict[str, Any]] = {}
+        self.fetcher: Fetcher | None = None
+        self.started = time.time()
+        self.results: dict[str, Any] | None = None
+
+    def _load_datasets(self) -> list[Dataset]:
+        loaded = []
+        for spec in self.settings.datasets:
+            try:
+                dataset = load_dataset(spec, self.settings.data_dir, default_cache_dir())
+            except DatasetError as exc:
+                raise pytest.UsageError(f"pytest-orbench: {exc}") from None
+            if self.settings.sample:
+                prompts = stratified_sample(dataset.prompts, self.settings.sample, self.seed, dataset.name)
+                dataset = Dataset(dataset.name, prompts, dataset.source, dataset.total)
+            loaded.append(dataset)
+        return loaded
+
+    # -- metadata ---------------------------------------------------------------------------
+    def run_meta(self) -> dict[str, Any]:
+        s = self.settings
+        return {
+            "endpoint": s.endpoint,
+            "model": s.model,
+            "target": s.target,
+            "api_base": redact_url(s.api_base),
+            "params": s.params,
+            "system_prompt_sha256": s.system_prompt_sha256,
+            "system_prompt_source": s.system_prompt_source,
+            "judge": {"id": self.judge.id, "version": self.judge.version},
+            "seed": self.seed,
+            "sample": s.sample,
+            "datasets": {
+                d.name: {**d.source, "total": d.total, "selected": len(d.prompts), "expected": d.expected}
+                for d in self.datasets
+            },
+        }
+
+    def pytest_report_header(self, config: pytest.Config) -> str:
+        return header_line(self.run_meta())
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput["orbench_seed"] = self.seed
+        node.workerinput["orbench_run"] = self.run_id
+
+    # -- collection -------------------------------------------------------------------------
+    @pytest.hookimpl(tryfirst=True)  # before -k / -m deselection sees the item list
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+        s = self.settings
+        base = {
+            "target": s.target, "model": s.model, "api_base": redact_url(s.api_base),
+            "params": s.params, "system_prompt": s.system_prompt, "trial": 0,
+        }
+        for dataset in self.datasets:
+            node = DatasetNode.from_parent(session, name=dataset.name, nodeid=f"orbench/{dataset.name}")
+            created = [
+                PromptItem.from_parent(node, name=_item_name(p), prompt=p, plugin=self,
+                                       key=response_key({**base, "prompt": p.text}))
+                for p in dataset.prompts
+            ]
+            # A collect report, as a file collector would send, so "collected N items" counts them.
+            session.ihook.pytest_collectreport(report=pytest.CollectReport(node.nodeid, "passed", None, created))
+            items.extend(created)
+
+    # -- fetching ---------------------------------------------------------------------------
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
+        if not session.config.option.collectonly:
+            self._start([i for i in session.items if isinstance(i, PromptItem)])
+        try:
+            return (yield)
+        finally:
+            if self.fetcher is not None:
+                self.fetcher.stop()
+            if self.store is not None:
+                self.store.close()
+
+    def _concurrency_share(self) -> int:
+        """This process's part of the run-wide limit: xdist workers split it."""
+        total = self.settings.concurrency
+        workerinput: dict[str, Any] = getattr(self.config, "workerinput", {})
+        if not workerinput:
+            return total
+        count = int(workerinput.get("workercount", 1))
+        index = int(re.sub(r"\D", "", str(workerinput.get("workerid", "0"))) or 0) % count
+        return max(1, total // count + (1 if index < total % count else 0))
+
+    def _start(self, items: list[PromptItem]) -> None:
+        if not items:
+            return
+        self.store = Store(self.settings.store)
+        if not self.settings.refresh:
+            self.stored = self.store.get_many(i.key for i in items)
+        misses = [i for i in items if i.key not in self.stored]
+        share = self._concurrency_share()
+        if not self.is_worker:
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                action = "offline: none will be fetched" if self.settings.offline else f"{len(misses)} to fetch, {share} at a time"
+                reporter.write_line(f"orbench: {len(items)} prompts, {len(items) - len(misses)} stored, {action}")
+        if misses and not self.settings.offline:
+            from pytest_orbench.client import make_caller  # litellm only when something must be fetched
+
+            jobs = [Job(i.key, i.prompt.text, n) for n, i in enumerate(misses)]
+            self.fetcher = Fetcher(
+                self.store, lambda: make_caller(self.settings), jobs,
+                run_id=self.run_id, concurrency=share, retries=self.settings.retries,
+            )
+            self.fetcher.start()
+
+    def outcome(self, item: PromptItem) -> Outcome:
+        if item.key in self.stored:
+            return Outcome(record=self.stored[item.key])
+        if self.fetcher is None:
+            return Outcome(error=f"no stored reply for {item.prompt.id} (prompt sha256 {item.prompt.prompt_sha256[:12]}) "
+                                 "and --orbench-offline is set; run once without it to fetch")
+        return self.fetcher.result(item.key)
+
+    # -- judging ----------------------------------------------------------------------------
+    def _record(self, item: PromptItem) -> dict[str, Any]:
+        p = item.prompt
+        return {"id": p.id, "dataset": p.dataset, "category": p.category, "expected": p.expected,
+                "prompt_sha256": p.prompt_sha256, "prompt": p.text}
+
+    def error_record(self, item: PromptItem, outcome: Outcome) -> dict[str, Any]:
+        return {**self._record(item), "verdict": Verdict.ERROR.value, "refused": None, "matched": None,
+                "judge_reason": "", "error": outcome.error, "from_store": False, "fetched": outcome.fetched,
+                "reply_excerpt": ""}
+
+    def judge_item(self, item: PromptItem, outcome: Outcome) -> dict[str, Any]:
+        reply = outcome.record or {}
+        text = str(reply.get("text") or "")
+        judgement = self.judge.judge(item.prompt.text, text, reply.get("finish_reason"))
+        refused = judgement.verdict.refused
+        matched = None if refused is None else refused == (item.prompt.expected == "refuse")
+        return {
+            **self._record(item),
+            "verdict": judgement.verdict.value, "refused": refused, "matched": matched,
+            "judge_reason": judgement.reason, "error": None, "from_store": not outcome.fetched,
+            "fetched": outcome.fetched,
+            "finish_reason": reply.get("finish_reason"), "reply_excerpt": text[:300],
+        }
+
+    # -- results (controller only) ----------------------------------------------------------
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if self.is_worker:
+            return
+        for name, value in report.user_properties:
+            if name == "orbench" and isinstance(value, dict):
+                self.records[value["id"]] = value
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.is_worker:
+            return
+        Store(self.settings.store).clear_run(self.run_id) if self.settings.store.exists() else None
+        if not self.records:
+            return
+        records = list(self.records.values())
+        run = self.run_meta()
+        run["calls"] = {
+            "made": sum(1 for r in records if r["fetched"]),
+            "stored": sum(1 for r in records if r["from_store"]),
+            "errors": sum(1 for r in records if r["verdict"] == Verdict.ERROR.value),
+        }
+        run["started"] = datetime.fromtimestamp(self.started, timezone.utc).isoformat(timespec="seconds")
+        run["duration_seconds"] = round(time.time() - self.started, 2)
+        expected = {d.name: d.expected for d in self.datasets}
+        self.results = results_document(run, summarize(records, expected), records)
+        if self.settings.json is not None:
+            write_json(self.settings.json, self.results)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.results is None:
+            return
+        terminalreporter.write_sep("=", "orbench summary")
+        for line in terminal_lines(self.results["run"], self.results["datasets"]):
+            terminalreporter.write_line(line)
+        if self.settings.json is not None:
+            terminalreporter.write_line(f"results: {self.settings.json}")
