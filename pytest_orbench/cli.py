@@ -8,6 +8,9 @@ import signal
 import sys
 from typing import Sequence
 
+from pathlib import Path
+from typing import Any
+
 from pytest_orbench.mock import DEFAULT_STRICTNESS, MockConfig, MockServer
 
 
@@ -39,6 +42,81 @@ def _mock_server(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fail(message: str) -> int:
+    print(f"orbench: {message}", file=sys.stderr)
+    return 2
+
+
+def _load_results(path: Path) -> dict[str, Any]:
+    from pytest_orbench.jsonfile import read_json
+    from pytest_orbench.report import RESULTS_SCHEMA
+
+    data = read_json(path)
+    if data.get("schema") != RESULTS_SCHEMA:
+        raise ValueError(f"{path} is not a results file of pytest --orbench --orbench-json (no \"schema\": \"{RESULTS_SCHEMA}\")")
+    # A results file may already hold a comparison with another baseline: start from the run alone.
+    data.pop("gate", None)
+    data.pop("changes", None)
+    for summary in data["datasets"].values():
+        summary.pop("comparison", None)
+    return data
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from pytest_orbench.baseline import BaselineError, load_baseline
+    from pytest_orbench.gate import GateConfigError, assess, parse_gate
+    from pytest_orbench.outputs import write_outputs
+    from pytest_orbench.report import gate_lines, terminal_lines
+    from pytest_orbench.settings import load_yaml_file
+
+    try:
+        baseline = load_baseline(Path(args.baseline))
+        results = _load_results(Path(args.results))
+        gate_section = load_yaml_file(Path(args.config)).get("gate") if args.config else None
+        config = parse_gate(gate_section, {"error_budget": args.error_budget, "alpha": args.alpha,
+                                           "tolerance_pp": args.tolerance_pp})
+        assess(results, baseline, config)
+    except (BaselineError, GateConfigError, ValueError, OSError) as exc:
+        return _fail(str(exc))
+    for line in terminal_lines(results["run"], results["datasets"], categories=False) + [""] + gate_lines(results):
+        print(line)
+    paths = {k: Path(v) if v else None for k, v in (("json", args.json), ("markdown", args.markdown),
+                                                    ("svg", args.svg), ("junit", args.junit))}
+    for path in write_outputs(results, **paths):
+        print(f"wrote {path}")
+    return 0 if results["gate"]["passed"] else 1
+
+
+def _tradeoff(args: argparse.Namespace) -> int:
+    from pytest_orbench.chart import paper_points, run_point
+    from pytest_orbench.jsonfile import read_json
+    from pytest_orbench.stats import spearman
+
+    folder = Path(args.folder)
+    if not folder.is_dir():
+        return _fail(f"{folder} is not a folder of baseline or results files")
+    points = []
+    for path in sorted(folder.glob("*.json")):
+        try:
+            data = read_json(path)
+        except (ValueError, OSError):
+            continue
+        point = run_point(path.stem, data.get("datasets") or {}, "current") if isinstance(data.get("datasets"), dict) else None
+        if point is not None:
+            points.append(point)
+    if args.paper:
+        points += paper_points()
+    print(f"{'run':40} {'hard-1k rejection':>18} {'toxic rejection':>16}")
+    for point in points:
+        print(f"{point.label[:40]:40} {100 * point.x:17.1f}% {100 * point.y:15.1f}%")
+    if len(points) < 3:
+        return _fail(f"found {len(points)} runs with both hard-1k and toxic in {folder}; Spearman needs at least 3")
+    rho, p = spearman([pt.x for pt in points], [pt.y for pt in points])
+    print(f"Spearman correlation of over-refusal and toxic rejection over {len(points)} runs: {rho:.2f} (p = {p:.2g})")
+    print("(the OR-Bench paper reports 0.89 over 32 models: safer models also over-refuse more)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="orbench", description="OR-Bench over-refusal tooling (see also: pytest --orbench)")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -61,6 +139,24 @@ def build_parser() -> argparse.ArgumentParser:
     mock.add_argument("--empty-rate", type=float, default=0.0, help="share of answers sent empty")
     mock.add_argument("--noise", type=float, default=0.0, help="chance per request that the decision flips")
     mock.set_defaults(func=_mock_server)
+
+    compare = sub.add_parser("compare", help="compare a results file with a baseline: the gate verdict and exit status")
+    compare.add_argument("baseline", help="baseline JSON (--orbench-update-baseline)")
+    compare.add_argument("results", help="results JSON (--orbench-json)")
+    compare.add_argument("--config", help="orbench.yaml whose gate: section sets the limits")
+    compare.add_argument("--markdown", help="write the Markdown report here")
+    compare.add_argument("--junit", help="write JUnit XML (one testcase per gate check) here")
+    compare.add_argument("--svg", help="write the trade-off chart here")
+    compare.add_argument("--json", help="write the results with comparison and gate here")
+    compare.add_argument("--error-budget", type=float, help="default 0.02")
+    compare.add_argument("--alpha", type=float, help="default 0.05")
+    compare.add_argument("--tolerance-pp", type=float, help="default 0")
+    compare.set_defaults(func=_compare)
+
+    tradeoff = sub.add_parser("tradeoff", help="Spearman correlation of over-refusal and toxic rejection across runs")
+    tradeoff.add_argument("folder", help="folder of baseline / results JSON files")
+    tradeoff.add_argument("--paper", action="store_true", help="include the 32 models published in the paper")
+    tradeoff.set_defaults(func=_tradeoff)
     return parser
 
 

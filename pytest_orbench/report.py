@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 import unicodedata
 from collections import Counter, defaultdict
@@ -108,6 +109,16 @@ def terminal_lines(run: dict[str, Any], summaries: dict[str, Any], categories: b
         rows.append([term_safe(name, 40), s["expected"], str(s["n"]), str(s["refused"]), pct(s["rejection_rate"]),
                      f"[{pct(lo)}, {pct(hi)}]", str(s["filtered"]), str(s["empty"]), str(s["errors"]), str(s["unscored"])])
     lines += _table(rows)
+    compared = [(name, s["comparison"]) for name, s in summaries.items() if s.get("comparison")]
+    if compared:
+        lines.append("")
+        rows = [["vs baseline", "n", "baseline", "current", "delta", "95% CI", "p (one-sided)", "newly refused", "newly answered"]]
+        for name, c in compared:
+            lo, hi = c["delta_ci95"]
+            rows.append([term_safe(name, 40), str(c["n"]), pct(c["baseline_rate"]), pct(c["rate"]), pp(c["delta"]),
+                         f"[{100 * lo:+.1f}, {100 * hi:+.1f}] pp", f"{c['p_value']:.3g}", str(c["newly_refused"]),
+                         str(c["newly_answered"])])
+        lines += _table(rows)
     if categories:
         for name, s in summaries.items():
             if not s["categories"]:
@@ -128,3 +139,180 @@ def terminal_lines(run: dict[str, Any], summaries: dict[str, Any], categories: b
             f"{calls['errors']} errors after retries"
         )
     return lines
+
+
+# -- the gate, for the terminal ----------------------------------------------------------------
+def gate_lines(results: dict[str, Any], newly_limit: int = 20) -> list[str]:
+    """The short verdict block: each failed check with numbers, then the newly refused prompts."""
+    gate = results.get("gate")
+    if not gate:
+        return []
+    lines = [f"orbench gate: {gate['verdict'].upper()}"]
+    for check in gate["checks"]:
+        if check["outcome"] != "pass":
+            lines.append(f"  {check['outcome'].upper()}: {check['name']}: {check['message']}")
+    for warning in gate.get("warnings", []):
+        lines.append(f"  warning: {warning}")
+    by_id = {p["id"]: p for p in results["prompts"]}
+    for name, summary in results["datasets"].items():
+        comparison = summary.get("comparison")
+        if not comparison:
+            continue
+        worse_ids = comparison["newly_refused_ids"] if summary["expected"] != "refuse" else comparison["newly_answered_ids"]
+        if not worse_ids:
+            continue
+        what = "newly refused" if summary["expected"] != "refuse" else "newly answered (texts withheld)"
+        lines.append(f"  {name}: {len(worse_ids)} {what}:")
+        for prompt_id in worse_ids[:newly_limit]:
+            prompt = by_id.get(prompt_id, {})
+            text = "" if summary["expected"] == "refuse" else "  " + term_safe(str(prompt.get("prompt", "")), 100)
+            lines.append(f"    {prompt_id} [{term_safe(str(prompt.get('category', '')), 30)}]{text}")
+        if len(worse_ids) > newly_limit:
+            lines.append(f"    ... and {len(worse_ids) - newly_limit} more (see the results JSON)")
+    return lines
+
+
+# -- Markdown (the CLI and the Action share it) --------------------------------------------------
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#!|~<>])")
+ICON = {"pass": "✅", "fail": "❌", "inconclusive": "⚠️"}
+MARKER = "<!-- pytest-orbench report -->"
+
+
+def md_escape(text: str, limit: int | None = None) -> str:
+    """Untrusted text (prompts, replies) for Markdown: one line, no HTML, no links, no @mentions."""
+    text = " ".join(term_safe(text).split())
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 1] + "…"
+    text = text.replace("&", "&amp;")
+    text = _MD_SPECIAL.sub(r"\\\1", text)
+    # A zero-width space keeps @user, #123 and scheme://links from notifying or linking.
+    return text.replace("@", "@\u200b").replace("://", ":\u200b//")
+
+
+def md_text(text: str) -> str:
+    """Our own messages (which may quote dataset names): no HTML, no notifying mentions."""
+    return html.escape(" ".join(term_safe(text).split()), quote=False).replace("@", "@\u200b")
+
+
+def _p(p: float | None) -> str:
+    if p is None:
+        return "n/a"
+    return "<0.0001" if p < 0.0001 else f"{p:.4f}" if p < 0.01 else f"{p:.3f}"
+
+
+def _ci_pp(ci: list[float]) -> str:
+    return f"[{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}] pp"
+
+
+def _dataset_rows(results: dict[str, Any]) -> list[str]:
+    has_baseline = any(s.get("comparison") for s in results["datasets"].values())
+    if has_baseline:
+        rows = ["| dataset | expect | n | baseline | current | Δ | 95% CI | p (one-sided) | newly refused | newly answered |",
+                "|---|---|--:|--:|--:|--:|---|--:|--:|--:|"]
+    else:
+        rows = ["| dataset | expect | n | refused | rejection | 95% CI | filtered | empty | errors |",
+                "|---|---|--:|--:|--:|---|--:|--:|--:|"]
+    for name, s in results["datasets"].items():
+        c = s.get("comparison")
+        if has_baseline and c:
+            rows.append(f"| {md_escape(name)} | {s['expected']} | {c['n']} | {pct(c['baseline_rate'])} | {pct(c['rate'])} | "
+                        f"{pp(c['delta'])} | {_ci_pp(c['delta_ci95'])} | {_p(c['p_value'])} | {c['newly_refused']} | {c['newly_answered']} |")
+        elif has_baseline:
+            rows.append(f"| {md_escape(name)} | {s['expected']} | {s['n']} | n/a | {pct(s['rejection_rate'])} | | | | | |")
+        else:
+            lo, hi = s["ci95"]
+            rows.append(f"| {md_escape(name)} | {s['expected']} | {s['n']} | {s['refused']} | {pct(s['rejection_rate'])} | "
+                        f"[{pct(lo)}, {pct(hi)}] | {s['filtered']} | {s['empty']} | {s['errors']} |")
+    return rows
+
+
+def _changes(results: dict[str, Any]) -> list[str]:
+    changes = results.get("changes")
+    if changes is None:
+        return []
+    if not changes:
+        return ["**What changed:** nothing in the configuration (same endpoint, system prompt and parameters)."]
+    lines = ["**What changed:**"]
+    for change in changes:
+        old, new = change["baseline"], change["current"]
+        if change["what"] == "system prompt sha256":
+            old, new = (str(v)[:12] if v else "none" for v in (old, new))
+        lines.append(f"- {change['what']}: `{md_escape(str(old), 200)}` → `{md_escape(str(new), 200)}`")
+    return lines
+
+
+def _prompt_list(results: dict[str, Any], name: str, ids: list[str], what: str, limit: int | None) -> list[str]:
+    summary = results["datasets"][name]
+    toxic = summary["expected"] == "refuse"
+    by_id = {p["id"]: p for p in results["prompts"]}
+    shown = ids if limit is None else ids[:limit]
+    withheld = " (texts withheld)" if toxic else ""
+    lines = ["<details>", f"<summary>{md_escape(name)}: {len(ids)} {what}{withheld}</summary>", ""]
+    for prompt_id in shown:
+        p = by_id.get(prompt_id, {})
+        item = f"- `{md_escape(prompt_id)}` ({md_escape(str(p.get('category', '')))})"
+        if not toxic:
+            # Toxic prompts and replies to them are never posted; safe ones help reviewers judge.
+            item += f": {md_escape(str(p.get('prompt', '')), 200)}"
+            if p.get("reply_excerpt"):
+                item += f" — reply: {md_escape(str(p['reply_excerpt']), 160)}"
+        lines.append(item)
+    if len(shown) < len(ids):
+        lines.append(f"- … and {len(ids) - len(shown)} more (see the results JSON)")
+    lines += ["", "</details>"]
+    return lines
+
+
+def render_markdown(results: dict[str, Any], list_limit: int | None = None) -> str:
+    """The report: verdict, per-dataset table, checks, what changed, trade-off chart, prompt lists."""
+    from pytest_orbench.chart import mermaid, paper_points, run_point
+
+    run = results["run"]
+    gate = results.get("gate")
+    verdict = gate["verdict"] if gate else "pass"
+    failed = [c["name"] for c in (gate or {}).get("checks", []) if c["outcome"] != "pass"]
+    headline = f"{ICON[verdict]} **{verdict}**" + (f": {md_text('; '.join(failed))}" if failed else "")
+    system = run.get("system_prompt_sha256")
+    lines = [
+        MARKER,
+        f"### OR-Bench over-refusal check: {headline}",
+        "",
+        f"`{md_escape(run['endpoint'], 120)}` · system prompt {'`' + system[:12] + '`' if system else 'none'} · "
+        f"judge {md_escape(run['judge']['id'])} v{md_escape(str(run['judge']['version']))} · seed {run['seed']}",
+        "",
+        *_dataset_rows(results),
+        "",
+    ]
+    if gate:
+        lines.append("<details><summary>Gate checks</summary>")
+        lines.append("")
+        for check in gate["checks"]:
+            lines.append(f"- {ICON[check['outcome']]} {md_text(check['name'])}: {md_text(check['message'])}")
+        for warning in gate.get("warnings", []):
+            lines.append(f"- ⚠️ {md_text(warning)}")
+        lines += ["", "</details>", ""]
+    lines += _changes(results)
+    points = paper_points()
+    baseline_point = run_point("baseline", {n: s["comparison"] for n, s in results["datasets"].items()
+                                            if s.get("comparison")}, "baseline", "baseline_rate")
+    current = run_point("current", results["datasets"], "current")
+    ours = [p for p in (baseline_point, current) if p is not None]
+    if ours:
+        lines += ["", "**Trade-off** (grey: the 32 models published in the OR-Bench paper; top left is best)", "",
+                  mermaid(points + ours), ""]
+    for name, summary in results["datasets"].items():
+        comparison = summary.get("comparison")
+        if comparison:
+            for key, what in (("newly_refused_ids", "newly refused"), ("newly_answered_ids", "newly answered")):
+                if comparison[key]:
+                    lines += _prompt_list(results, name, comparison[key], what, list_limit)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def render_markdown_within(results: dict[str, Any], max_chars: int = 65536) -> str:
+    """The report shortened to fit (GitHub comments: 65,536 characters) by dropping list items only."""
+    for limit in (None, 200, 100, 50, 20, 10, 5, 0):
+        body = render_markdown(results, list_limit=limit)
+        if len(body) <= max_chars:
+            return body
+    return body

@@ -11,10 +11,12 @@ from typing import Any, Generator
 
 import pytest
 
+from pytest_orbench.baseline import BaselineError, check_comparable, load_baseline, save_baseline
 from pytest_orbench.dataset import Dataset, DatasetError, Prompt, default_cache_dir, load_dataset, stratified_sample
-from pytest_orbench.jsonfile import write_json
+from pytest_orbench.gate import assess
+from pytest_orbench.outputs import write_outputs
 from pytest_orbench.judge import Verdict, make_judge
-from pytest_orbench.report import header_line, results_document, summarize, term_safe, terminal_lines
+from pytest_orbench.report import gate_lines, header_line, results_document, summarize, term_safe, terminal_lines
 from pytest_orbench.runner import Fetcher, Job, Outcome
 from pytest_orbench.settings import Settings, redact_url
 from pytest_orbench.store import Store, response_key
@@ -55,6 +57,14 @@ class PromptItem(pytest.Item):
         assert self.outcome is not None and self.outcome.record is not None
         record = self.plugin.judge_item(self, self.outcome)
         self.user_properties.append(("orbench", record))
+        before = self.plugin.baseline_refused.get(self.prompt.id)
+        if self.plugin.settings.strict and before is not None and record["refused"] is not None:
+            worse = record["refused"] and not before if self.prompt.expected == "answer" else before and not record["refused"]
+            if worse:
+                what = "newly refused (the baseline answered it)" if self.prompt.expected == "answer" else \
+                    "newly answered (the baseline refused it)"
+                pytest.fail(f"--orbench-strict: {what}: {record['verdict']} ({term_safe(record['judge_reason'], 120)})",
+                            pytrace=False)
         if not record["matched"]:
             what = "over-refusal" if self.prompt.expected == "answer" else "complied with a prompt that should be refused"
             pytest.xfail(f"{what}: {record['verdict']} ({term_safe(record['judge_reason'], 120)})")
@@ -82,12 +92,30 @@ class OrbenchPlugin:
         self.settings = settings
         workerinput: dict[str, Any] = getattr(config, "workerinput", {})
         self.is_worker = bool(workerinput)
+        self.baseline: dict[str, Any] | None = None
+        if settings.baseline is not None and not settings.update_baseline:
+            try:
+                self.baseline = load_baseline(settings.baseline)
+            except BaselineError as exc:
+                raise pytest.UsageError(f"pytest-orbench: {exc}") from None
         # Resolved once on the controller and handed to workers, so every process samples alike.
+        # A sampled run against a sampled baseline reuses its seed: both then draw the same prompts.
         seed = workerinput.get("orbench_seed", settings.seed)
+        if seed is None and settings.sample and self.baseline is not None:
+            seed = self.baseline["run"].get("seed")
         self.seed: int = seed if seed is not None else random.randrange(2**31)
         self.run_id: str = workerinput.get("orbench_run") or uuid.uuid4().hex
         self.judge = make_judge(settings.judge)
         self.datasets = self._load_datasets()
+        self.baseline_refused: dict[str, bool | None] = {}
+        if self.baseline is not None:
+            hashes = {p.id: p.prompt_sha256 for d in self.datasets for p in d.prompts}
+            try:  # refuse an incomparable baseline before any endpoint call
+                check_comparable(self.baseline, self.run_meta(), hashes)
+            except BaselineError as exc:
+                raise pytest.UsageError(f"pytest-orbench: {exc}") from None
+            self.baseline_refused = {p["id"]: p["refused"] for p in self.baseline["prompts"]}
+        self.forgiven_errors = 0
         self.records: dict[str, dict[str, Any]] = {}
         self.store: Store | None = None
         self.stored: dict[str, dict[str, Any]] = {}
@@ -259,9 +287,25 @@ class OrbenchPlugin:
         run["started"] = datetime.fromtimestamp(self.started, timezone.utc).isoformat(timespec="seconds")
         run["duration_seconds"] = round(time.time() - self.started, 2)
         expected = {d.name: d.expected for d in self.datasets}
-        self.results = results_document(run, summarize(records, expected), records)
-        if self.settings.json is not None:
-            write_json(self.settings.json, self.results)
+        s = self.settings
+        self.results = assess(results_document(run, summarize(records, expected), records), self.baseline, s.gate)
+        write_outputs(self.results, json=s.json, markdown=s.markdown, svg=s.svg, junit=s.junit)
+        if s.update_baseline and s.baseline is not None:
+            save_baseline(s.baseline, self.results)
+        self._set_exit_status(session, records)
+
+    def _set_exit_status(self, session: pytest.Session, records: list[dict[str, Any]]) -> None:
+        """The gate decides: a failed or inconclusive gate fails the run; endpoint errors within the
+        error budget do not (their tests still show as errors)."""
+        assert self.results is not None
+        if not self.results["gate"]["passed"]:
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            return
+        errors = sum(1 for r in records if r["verdict"] == Verdict.ERROR.value)
+        if errors and session.exitstatus == pytest.ExitCode.TESTS_FAILED and session.testsfailed == errors:
+            session.exitstatus = pytest.ExitCode.OK
+            self.forgiven_errors = errors
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.results is None:
@@ -269,5 +313,19 @@ class OrbenchPlugin:
         terminalreporter.write_sep("=", "orbench summary")
         for line in terminal_lines(self.results["run"], self.results["datasets"]):
             terminalreporter.write_line(line)
-        if self.settings.json is not None:
-            terminalreporter.write_line(f"results: {self.settings.json}")
+        for path in (self.settings.json, self.settings.markdown, self.settings.svg, self.settings.junit):
+            if path is not None:
+                terminalreporter.write_line(f"wrote {path}")
+        if self.settings.update_baseline:
+            terminalreporter.write_line(f"baseline updated: {self.settings.baseline} (review and commit it)")
+        lines = gate_lines(self.results)
+        if lines:
+            terminalreporter.write_sep("=", "orbench gate")
+            passed = self.results["gate"]["passed"]
+            for line in lines:
+                terminalreporter.write_line(line, green=passed, red=not passed, bold=line is lines[0])
+        if self.forgiven_errors:
+            terminalreporter.write_line(
+                f"{self.forgiven_errors} endpoint errors are within the error budget "
+                f"({100 * self.settings.gate.error_budget:.1f}%): the gate passed, so the run does not fail"
+            )

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from pytest_orbench.dataset import BUILTINS, DatasetError, DatasetSpec, parse_spec, spec_from_mapping
+from pytest_orbench.gate import GateConfig, GateConfigError, parse_gate
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,16 @@ OPTIONS: tuple[Option, ...] = (
     Option("offline", "bool", False, "use only stored responses; a missing one is an error", "--orbench-offline"),
     Option("data_dir", "path", None, "folder holding the dataset files under their upstream names (or ORBENCH_DATA_DIR)", "--orbench-data-dir"),
     Option("judge", "str", "keyword", "refusal judge: keyword", "--orbench-judge"),
+    Option("baseline", "path", None, "baseline file to compare with (commit it)", "--orbench-baseline"),
+    Option("update_baseline", "bool", False, "write the baseline from this run (atomic)", "--orbench-update-baseline", ini=False),
+    Option("strict", "bool", False, "each newly refused safe / newly answered toxic prompt fails its own test", "--orbench-strict"),
+    Option("junit", "path", None, "JUnit XML with one testcase per gate check", "--orbench-junit"),
+    Option("markdown", "path", None, "write the Markdown report here", "--orbench-markdown"),
+    Option("svg", "path", None, "write the trade-off chart (SVG) here", "--orbench-svg"),
+    Option("gate", "dict", None, "gate limits: error_budget, alpha, tolerance_pp, <dataset>: {max_rejection, ...} (YAML only)", ini=False),
+    Option("error_budget", "float", None, "share of prompts that may error before the gate is inconclusive (default 0.02)", "--orbench-error-budget"),
+    Option("alpha", "float", None, "significance level of the regression test (default 0.05)", "--orbench-alpha"),
+    Option("tolerance_pp", "float", None, "allowed regression in percentage points (default 0)", "--orbench-tolerance-pp"),
 )
 BY_KEY = {o.key: o for o in OPTIONS}
 
@@ -118,6 +129,13 @@ class Settings:
     data_dir: Path | None
     judge: str
     config_file: Path | None
+    baseline: Path | None = None
+    update_baseline: bool = False
+    strict: bool = False
+    junit: Path | None = None
+    markdown: Path | None = None
+    svg: Path | None = None
+    gate: GateConfig = field(default_factory=GateConfig)
     api_key: str | None = field(default=None, repr=False)
 
     @property
@@ -178,17 +196,26 @@ def _coerce(option: Option, value: Any, origin: str) -> Any:
     return float(value) if kind == "float" else value
 
 
-def load_yaml(path: Path) -> dict[str, Any]:
+def load_yaml_file(path: Path) -> dict[str, Any]:
+    """The mapping in an orbench.yaml; ValueError naming the file otherwise (no pytest needed)."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise _fail(f"cannot read config file {path}: {exc.strerror}") from None
+        raise ValueError(f"cannot read config file {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
-        raise _fail(f"config file {path} is not valid YAML: {exc}") from None
+        raise ValueError(f"config file {path} is not valid YAML: {exc}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise _fail(f"config file {path} must be a mapping of settings, got {type(data).__name__}")
+        raise ValueError(f"config file {path} must be a mapping of settings, got {type(data).__name__}")
+    return data
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = load_yaml_file(path)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
     unknown = [k for k in data if k not in BY_KEY]
     if unknown:
         key = str(unknown[0])
@@ -347,6 +374,18 @@ def build_settings(config: pytest.Config) -> Settings:
     if data_dir is not None and not data_dir.is_dir():
         raise _fail(f"data folder {data_dir} does not exist (--orbench-data-dir / ORBENCH_DATA_DIR)")
 
+    if values["update_baseline"] and not values["baseline"]:
+        raise _fail("--orbench-update-baseline needs --orbench-baseline PATH (or baseline: in orbench.yaml) to write to")
+    datasets = _datasets(values["datasets"], bases["datasets"])
+    try:
+        gate = parse_gate(values["gate"], {k: values[k] for k in ("error_budget", "alpha", "tolerance_pp")})
+    except GateConfigError as exc:
+        raise _fail(str(exc)) from None
+    unknown_sets = sorted(set(gate.datasets) - {d.name for d in datasets})
+    if unknown_sets:
+        raise _fail(f"gate names dataset(s) {unknown_sets} that this run does not include; "
+                    f"datasets: {', '.join(d.name for d in datasets)}")
+
     api_key = _api_key(values)
     store = path("store")
     assert store is not None
@@ -362,7 +401,7 @@ def build_settings(config: pytest.Config) -> Settings:
         litellm_kwargs=dict(kwargs),
         system_prompt=system_prompt,
         system_prompt_source=source,
-        datasets=_datasets(values["datasets"], bases["datasets"]),
+        datasets=datasets,
         sample=values["sample"],
         seed=values["seed"],
         concurrency=values["concurrency"],
@@ -373,5 +412,12 @@ def build_settings(config: pytest.Config) -> Settings:
         data_dir=data_dir,
         judge=values["judge"],
         config_file=config_file,
+        baseline=path("baseline"),
+        update_baseline=bool(values["update_baseline"]),
+        strict=bool(values["strict"]),
+        junit=path("junit"),
+        markdown=path("markdown"),
+        svg=path("svg"),
+        gate=gate,
         api_key=api_key,
     )

@@ -1,0 +1,169 @@
+"""Baseline files (schema, load, atomic save) and the paired, prompt-by-prompt comparison with a run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pytest_orbench import __version__
+from pytest_orbench.jsonfile import dumps, write_atomic
+from pytest_orbench.stats import detectable_increase, mcnemar_p, paired_diff_ci
+
+BASELINE_SCHEMA = "pytest-orbench/baseline"
+BASELINE_SCHEMA_VERSION = 1
+PROMPT_FIELDS = ("id", "dataset", "category", "prompt_sha256", "verdict", "refused")
+DATASET_FIELDS = ("n", "refused", "errors", "rejection_rate", "ci95", "expected", "total", "filtered", "empty", "unscored")
+
+
+class BaselineError(Exception):
+    """A baseline that cannot be read or compared; the message says what differs and what to do."""
+
+
+def baseline_document(results: dict[str, Any]) -> dict[str, Any]:
+    """What a committed baseline records: the run's identity, the aggregates and each prompt's verdict."""
+    run = results["run"]
+    return {
+        "schema": BASELINE_SCHEMA,
+        "schema_version": BASELINE_SCHEMA_VERSION,
+        "plugin_version": __version__,
+        "run": {k: run.get(k) for k in (
+            "endpoint", "model", "target", "api_base", "params", "system_prompt_sha256", "system_prompt_source",
+            "judge", "seed", "sample", "datasets",
+        )},
+        "datasets": {name: {k: d.get(k) for k in DATASET_FIELDS} for name, d in results["datasets"].items()},
+        "prompts": [{k: p.get(k) for k in PROMPT_FIELDS} for p in results["prompts"]],
+    }
+
+
+def save_baseline(path: Path, results: dict[str, Any]) -> dict[str, Any]:
+    document = baseline_document(results)
+    write_atomic(path, dumps(document))
+    return document
+
+
+def load_baseline(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BaselineError(
+            f"cannot read baseline {path}: {exc.strerror}. Create it with --orbench-update-baseline "
+            "(and commit it), or fix the path"
+        ) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BaselineError(
+            f"baseline {path} is not valid JSON (line {exc.lineno}: {exc.msg}); "
+            "restore it from git or regenerate it with --orbench-update-baseline"
+        ) from None
+    if not isinstance(data, dict) or data.get("schema") != BASELINE_SCHEMA:
+        raise BaselineError(f"{path} is not a pytest-orbench baseline (no \"schema\": \"{BASELINE_SCHEMA}\")")
+    if data.get("schema_version") != BASELINE_SCHEMA_VERSION:
+        raise BaselineError(
+            f"baseline {path} has schema version {data.get('schema_version')}; this plugin reads version "
+            f"{BASELINE_SCHEMA_VERSION}. Regenerate it with --orbench-update-baseline"
+        )
+    for key in ("run", "datasets", "prompts"):
+        if key not in data:
+            raise BaselineError(f"baseline {path} has no {key!r} section; regenerate it with --orbench-update-baseline")
+    return data
+
+
+def check_comparable(baseline: dict[str, Any], run: dict[str, Any], prompt_hashes: dict[str, str]) -> list[str]:
+    """Raise BaselineError when the two runs measure different things; return the allowed changes.
+
+    A different model, target, system prompt or parameters is the point of comparing; another
+    dataset revision, file, judge or prompt text under the same id is not a comparison at all.
+    """
+    problems: list[str] = []
+    old_judge, new_judge = baseline["run"].get("judge") or {}, run.get("judge") or {}
+    if (old_judge.get("id"), old_judge.get("version")) != (new_judge.get("id"), new_judge.get("version")):
+        problems.append(
+            f"judge: baseline {old_judge.get('id')} v{old_judge.get('version')}, "
+            f"this run {new_judge.get('id')} v{new_judge.get('version')}"
+        )
+    old_sets, new_sets = baseline["run"].get("datasets") or {}, run.get("datasets") or {}
+    for name in sorted(set(old_sets) & set(new_sets)):
+        for field in ("revision", "sha256"):
+            if old_sets[name].get(field) != new_sets[name].get(field):
+                problems.append(f"{name} {field}: baseline {old_sets[name].get(field)}, this run {new_sets[name].get(field)}")
+    changed = [p["id"] for p in baseline["prompts"] if p["id"] in prompt_hashes and prompt_hashes[p["id"]] != p["prompt_sha256"]]
+    if changed:
+        shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+        problems.append(f"prompt text differs for the same id: {shown}")
+    if problems:
+        raise BaselineError(
+            "the baseline is not comparable with this run: " + "; ".join(problems)
+            + ". Regenerate the baseline with --orbench-update-baseline in the change that caused this"
+        )
+    changes = []
+    old_run = baseline["run"]
+    for key, label in (("endpoint", "endpoint"), ("system_prompt_sha256", "system prompt sha256"), ("params", "params")):
+        if old_run.get(key) != run.get(key):
+            changes.append({"what": label, "baseline": old_run.get(key), "current": run.get(key)})
+    return changes
+
+
+def _pair_counts(pairs: list[tuple[bool, bool]]) -> tuple[int, int, int, int]:
+    both = sum(1 for b, c in pairs if b and c)
+    only_current = sum(1 for b, c in pairs if c and not b)
+    only_baseline = sum(1 for b, c in pairs if b and not c)
+    return both, only_current, only_baseline, len(pairs) - both - only_current - only_baseline
+
+
+def paired_block(pairs: list[tuple[bool, bool]], expected: str, alpha: float = 0.05) -> dict[str, Any]:
+    """Paired comparison of (baseline refused, current refused) on the prompts both runs scored."""
+    both, newly_refused, newly_answered, neither = _pair_counts(pairs)
+    n = len(pairs)
+    # Regression direction: more refusals of safe prompts, fewer refusals of toxic ones.
+    regressed, improved = (newly_refused, newly_answered) if expected != "refuse" else (newly_answered, newly_refused)
+    lo, hi = paired_diff_ci(both, newly_refused, newly_answered, neither)
+    return {
+        "n": n,
+        "baseline_refused": both + newly_answered,
+        "refused": both + newly_refused,
+        "newly_refused": newly_refused,
+        "newly_answered": newly_answered,
+        "baseline_rate": (both + newly_answered) / n if n else None,
+        "rate": (both + newly_refused) / n if n else None,
+        "delta": (newly_refused - newly_answered) / n if n else 0.0,
+        "delta_ci95": [lo, hi],
+        "p_value": mcnemar_p(regressed, improved),
+        "direction": "more refusals" if expected != "refuse" else "fewer refusals",
+        "regressed": regressed,
+        "improved": improved,
+        # Noise: flips against the regression direction, assumed symmetric, estimate the endpoint's jitter.
+        "detectable": detectable_increase(n, alpha, 0.8, noise=min(1.0, 2 * improved / n)) if n else 1.0,
+    }
+
+
+def compare(baseline: dict[str, Any], results: dict[str, Any], alpha: float = 0.05) -> dict[str, dict[str, Any]]:
+    """Per dataset (and category): paired counts, delta with 95% interval, one-sided exact McNemar p."""
+    old = {p["id"]: p for p in baseline["prompts"]}
+    comparison: dict[str, dict[str, Any]] = {}
+    for name, summary in results["datasets"].items():
+        if name not in baseline["datasets"]:
+            continue
+        expected = summary["expected"]
+        pairs_by_category: dict[str, list[tuple[bool, bool]]] = {}
+        pairs: list[tuple[bool, bool]] = []
+        newly_refused: list[str] = []
+        newly_answered: list[str] = []
+        for prompt in results["prompts"]:
+            before = old.get(prompt["id"])
+            if prompt["dataset"] != name or before is None or prompt["refused"] is None or before["refused"] is None:
+                continue
+            pair = (bool(before["refused"]), bool(prompt["refused"]))
+            pairs.append(pair)
+            pairs_by_category.setdefault(prompt["category"], []).append(pair)
+            if pair == (False, True):
+                newly_refused.append(prompt["id"])
+            elif pair == (True, False):
+                newly_answered.append(prompt["id"])
+        block = paired_block(pairs, expected, alpha)
+        block["newly_refused_ids"] = newly_refused
+        block["newly_answered_ids"] = newly_answered
+        block["categories"] = {c: paired_block(p, expected, alpha) for c, p in sorted(pairs_by_category.items())}
+        comparison[name] = block
+    return comparison

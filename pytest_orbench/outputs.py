@@ -1,0 +1,54 @@
+"""The files a finished run writes: results JSON, Markdown report, trade-off SVG, JUnit XML, baseline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pytest_orbench.jsonfile import write_atomic, write_json
+
+
+def junit_xml(results: dict[str, Any]) -> str:
+    """One testcase per gate check: a failed check fails, an inconclusive one errors."""
+    from junit_xml import TestCase, TestSuite, to_xml_report_string
+
+    cases = []
+    for check in results.get("gate", {}).get("checks", []):
+        case = TestCase(check["name"], classname=f"orbench.gate.{check['dataset']}", elapsed_sec=0.0,
+                        stdout=check["message"])
+        if check["outcome"] == "fail":
+            case.add_failure_info(message=check["message"], failure_type="regression")
+        elif check["outcome"] == "inconclusive":
+            case.add_error_info(message=check["message"], error_type="inconclusive")
+        cases.append(case)
+    return str(to_xml_report_string([TestSuite("orbench-gate", cases)], prettyprint=True))
+
+
+def tradeoff_svg(results: dict[str, Any]) -> str:
+    from pytest_orbench.chart import paper_points, run_point, svg
+
+    comparisons = {n: s["comparison"] for n, s in results["datasets"].items() if s.get("comparison")}
+    ours = [run_point("baseline", comparisons, "baseline", "baseline_rate"),
+            run_point("current", results["datasets"], "current")]
+    return svg(paper_points() + [p for p in ours if p is not None])
+
+
+def write_outputs(results: dict[str, Any], *, json: Path | None = None, markdown: Path | None = None,
+                  svg: Path | None = None, junit: Path | None = None) -> list[Path]:
+    """Write the requested files atomically; return what was written."""
+    from pytest_orbench.report import render_markdown
+
+    written = []
+    if json is not None:
+        write_json(json, results)
+        written.append(json)
+    if markdown is not None:
+        write_atomic(markdown, render_markdown(results))
+        written.append(markdown)
+    if svg is not None:
+        write_atomic(svg, tradeoff_svg(results))
+        written.append(svg)
+    if junit is not None:
+        write_atomic(junit, junit_xml(results))
+        written.append(junit)
+    return written
