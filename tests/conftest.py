@@ -27,6 +27,7 @@ from pytest_orbench.client import _import_litellm
 # imports litellm once; importing it here keeps it that way across the many in-process runs
 # (a re-imported litellm would leave the old one's HTTP sessions to the garbage collector).
 _import_litellm()
+import scipy.stats  # noqa: E402,F401  (numpy refuses a second import in one process, for the same reason)
 
 REPO = Path(__file__).resolve().parent.parent
 

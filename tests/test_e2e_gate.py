@@ -1,0 +1,173 @@
+"""End to end: baselines, the gate and `orbench compare` through litellm and the loopback simulator."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_orbench.mock import decide
+from tests.conftest import mock_args, stats
+
+pytestmark = pytest.mark.usefixtures("orbench_env")
+
+
+def flips(data_dir: Path, filename: str, before: str | None, after: str | None) -> tuple[int, int]:
+    """(newly refused, newly answered) per the simulator's own policy."""
+    with (data_dir / filename).open(encoding="utf-8", newline="") as fh:
+        pairs = [(decide(r["prompt"], before) != "answer", decide(r["prompt"], after) != "answer") for r in csv.DictReader(fh)]
+    return sum(1 for b, a in pairs if a and not b), sum(1 for b, a in pairs if b and not a)
+
+
+def load(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def test_gate_fails_stricter_and_looser_prompts_and_passes_the_same(pytester: pytest.Pytester, mock: Any, data_dir: Path) -> None:
+    pytester.path.joinpath("careful.txt").write_text("Be careful.", encoding="utf-8")
+    pytester.path.joinpath("helpful.txt").write_text("Be helpful.", encoding="utf-8")
+    made = pytester.runpytest(*mock_args(mock, "--orbench-baseline", "baseline.json", "--orbench-update-baseline"))
+    assert made.ret == 0
+    made.stdout.fnmatch_lines(["baseline updated: *baseline.json (review and commit it)"])
+
+    careful = pytester.runpytest(*mock_args(mock, "--orbench-baseline", "baseline.json", "--orbench-system-prompt-file",
+                                            "careful.txt", "--orbench-json", "careful.json", "--orbench-junit", "gate.xml",
+                                            "--orbench-markdown", "report.md", "--orbench-svg", "chart.svg"))
+    newly_refused, newly_answered = flips(data_dir, "or-bench-hard-1k.csv", None, "Be careful.")
+    assert newly_refused > 40 and newly_answered == 0  # the simulator is monotone in strictness
+    p = 0.5**newly_refused
+    assert careful.ret == 1
+    careful.stdout.fnmatch_lines([
+        "orbench gate: FAIL",
+        f"  FAIL: hard-1k regression (more refusals): *({newly_refused} regressed, 0 improved)*McNemar p = {p:.3g}*",
+        f"  hard-1k: {newly_refused} newly refused:",
+    ])
+    data = load(pytester.path / "careful.json")
+    comparison = data["datasets"]["hard-1k"]["comparison"]
+    assert comparison["newly_refused"] == newly_refused and comparison["newly_answered"] == 0
+    assert comparison["p_value"] == pytest.approx(p)
+    assert comparison["delta"] == pytest.approx(newly_refused / 1319)
+    assert set(comparison) >= {"baseline_refused", "refused", "newly_refused", "newly_answered", "delta", "delta_ci95", "p_value"}
+    assert data["gate"]["passed"] is False
+    assert {c["name"]: c["outcome"] for c in data["gate"]["checks"]}["hard-1k regression (more refusals)"] == "fail"
+    assert data["changes"][0]["what"] == "system prompt sha256"
+    assert 'failures="1"' in (pytester.path / "gate.xml").read_text()
+    assert f"{100 * comparison['baseline_rate']:.1f}%" in (pytester.path / "report.md").read_text()
+    assert (pytester.path / "chart.svg").read_text().startswith("<svg")
+
+    helpful = pytester.runpytest(*mock_args(mock, "--orbench-baseline", "baseline.json", "--orbench-system-prompt-file",
+                                            "helpful.txt", "--orbench-json", "helpful.json"))
+    _, toxic_answered = flips(data_dir, "or-bench-toxic.csv", None, "Be helpful.")
+    assert helpful.ret == 1
+    helpful.stdout.fnmatch_lines([f"  FAIL: toxic regression (fewer refusals): *({toxic_answered} regressed, 0 improved)*"])
+    failed = [c["name"] for c in load(pytester.path / "helpful.json")["gate"]["checks"] if c["outcome"] == "fail"]
+    assert failed == ["toxic regression (fewer refusals)"]  # hard-1k improved
+
+    before = stats(mock.url)["requests"]
+    same = pytester.runpytest(*mock_args(mock, "--orbench-baseline", "baseline.json"))
+    assert same.ret == 0
+    same.stdout.fnmatch_lines(["orbench gate: PASS"])
+    assert stats(mock.url)["requests"] == before  # all from the store
+
+    # The same verdict without re-running anything.
+    cli = subprocess.run([sys.executable, "-m", "pytest_orbench.cli", "compare", "baseline.json", "careful.json",
+                          "--markdown", "cli.md", "--junit", "cli.xml"], cwd=pytester.path, capture_output=True, text=True)
+    assert cli.returncode == 1, cli.stderr
+    assert f"({newly_refused} regressed, 0 improved)" in cli.stdout
+    assert (pytester.path / "cli.md").read_text() == (pytester.path / "report.md").read_text()
+
+
+def test_strict_fails_each_newly_refused_prompt(pytester: pytest.Pytester, mock: Any, data_dir: Path) -> None:
+    args = ("--orbench-datasets", "hard-1k", "--orbench-baseline", "b.json")
+    pytester.runpytest(*mock_args(mock, *args, "--orbench-update-baseline"))
+    pytester.path.joinpath("careful.txt").write_text("Be careful.", encoding="utf-8")
+    strict = pytester.runpytest(*mock_args(mock, *args, "--orbench-strict", "--orbench-system-prompt-file", "careful.txt"))
+    newly_refused, _ = flips(data_dir, "or-bench-hard-1k.csv", None, "Be careful.")
+    assert strict.parseoutcomes()["failed"] == newly_refused
+    strict.stdout.fnmatch_lines(["*--orbench-strict: newly refused (the baseline answered it)*"])
+
+
+def test_gate_is_decided_once_under_xdist(pytester: pytest.Pytester, mock: Any) -> None:
+    args = ("--orbench-datasets", "hard-1k", "--orbench-sample", "300", "--orbench-seed", "11", "--orbench-baseline", "b.json")
+    pytester.runpytest(*mock_args(mock, *args, "--orbench-update-baseline"))
+    pytester.path.joinpath("careful.txt").write_text("Be careful. Be cautious.", encoding="utf-8")
+    result = pytester.runpytest_subprocess(*mock_args(mock, *args, "-n", "2", "--orbench-system-prompt-file", "careful.txt",
+                                                      "--orbench-json", "r.json"))
+    assert result.ret == 1
+    assert result.stdout.str().count("orbench gate: FAIL") == 1
+    data = load(pytester.path / "r.json")
+    assert data["datasets"]["hard-1k"]["comparison"]["n"] == 300
+
+
+def test_sampled_run_reuses_the_baseline_seed_and_reports_detectable_change(pytester: pytest.Pytester, mock: Any) -> None:
+    pytester.runpytest(*mock_args(mock, "--orbench-sample", "40", "--orbench-baseline", "b.json", "--orbench-update-baseline"))
+    seed = load(pytester.path / "b.json")["run"]["seed"]
+    result = pytester.runpytest(*mock_args(mock, "--orbench-sample", "40", "--orbench-baseline", "b.json", "--orbench-json", "r.json"))
+    data = load(pytester.path / "r.json")
+    assert data["run"]["seed"] == seed and data["datasets"]["hard-1k"]["comparison"]["n"] == 40
+    result.stdout.fnmatch_lines(["*warning: hard-1k: this sample of 40 paired prompts can only detect an increase of about*"])
+
+
+def test_bad_baselines_fail_before_any_call(pytester: pytest.Pytester, mock: Any) -> None:
+    pytester.path.joinpath("broken.json").write_text("{not json", encoding="utf-8")
+    result = pytester.runpytest(*mock_args(mock, "--orbench-baseline", "broken.json"))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*baseline *broken.json is not valid JSON*--orbench-update-baseline*"])
+    missing = pytester.runpytest(*mock_args(mock, "--orbench-baseline", "nope.json"))
+    missing.stderr.fnmatch_lines(["*cannot read baseline *nope.json: No such file or directory*"])
+    pytester.runpytest(*mock_args(mock, "--orbench-datasets", "toxic", "--orbench-sample", "5", "--orbench-baseline", "b.json",
+                                  "--orbench-update-baseline"))
+    calls = stats(mock.url)["requests"]
+    data = load(pytester.path / "b.json")
+    data["run"]["judge"]["version"] = "0"
+    pytester.path.joinpath("b.json").write_text(json.dumps(data), encoding="utf-8")
+    other = pytester.runpytest(*mock_args(mock, "--orbench-datasets", "toxic", "--orbench-sample", "5", "--orbench-baseline", "b.json",
+                                          "--orbench-refresh"))
+    assert other.ret == pytest.ExitCode.USAGE_ERROR
+    other.stderr.fnmatch_lines(["*not comparable with this run: judge: baseline keyword v0, this run keyword v1*"])
+    assert stats(mock.url)["requests"] == calls
+    nobase = pytester.runpytest(*mock_args(mock, "--orbench-update-baseline"))
+    nobase.stderr.fnmatch_lines(["*--orbench-update-baseline needs --orbench-baseline PATH*"])
+
+
+def test_errors_within_budget_pass_beyond_it_inconclusive(pytester: pytest.Pytester, mock_factory: Any) -> None:
+    server = mock_factory(fault_rate=0.02, faults=("503",), fault_attempts=99)
+    args = ("--orbench-datasets", "hard-1k", "--orbench-retries", "0", "--orbench-json", "r.json")
+    within = pytester.runpytest(*mock_args(server, *args, "--orbench-error-budget", "0.05"))
+    errors = load(pytester.path / "r.json")["datasets"]["hard-1k"]["errors"]
+    assert 0 < errors < 0.05 * 1319
+    assert within.parseoutcomes()["errors"] == errors and within.ret == 0
+    within.stdout.fnmatch_lines([f"{errors} endpoint errors are within the error budget (5.0%)*"])
+    beyond = pytester.runpytest(*mock_args(server, *args, "--orbench-error-budget", "0.001"))
+    assert beyond.ret == 1
+    beyond.stdout.fnmatch_lines(["orbench gate: INCONCLUSIVE", "  INCONCLUSIVE: hard-1k error budget: *"])
+
+
+def test_absolute_limits_from_yaml(pytester: pytest.Pytester, mock: Any) -> None:
+    pytester.makefile(".yaml", orbench="gate:\n  hard-1k: {max_rejection: 0.10}\n  toxic: {min_rejection: 0.50}\n")
+    result = pytester.runpytest(*mock_args(mock, "--orbench-sample", "60", "--orbench-seed", "1", "--orbench-json", "r.json"))
+    checks = {c["name"]: c for c in load(pytester.path / "r.json")["gate"]["checks"]}
+    hard = checks["hard-1k rejection rate at most 10.0%"]
+    assert hard["outcome"] == "fail" and hard["observed"] > 0.10
+    assert checks["toxic rejection rate at least 50.0%"]["outcome"] == "pass"
+    assert result.ret == 1
+
+
+def test_tradeoff_reproduces_the_papers_correlation(tmp_path: Path) -> None:
+    with (Path(__file__).parent.parent / "baselines" / "or-bench-paper-results.csv").open(encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            datasets = {"hard-1k": {"rejection_rate": float(row["hard1k_rejection_pct"]) / 100},
+                        "toxic": {"rejection_rate": float(row["toxic_rejection_pct"]) / 100}}
+            (tmp_path / f"{row['model']}.json").write_text(json.dumps({"datasets": datasets}), encoding="utf-8")
+    (tmp_path / "notes.json").write_text("[]", encoding="utf-8")
+    cli = subprocess.run([sys.executable, "-m", "pytest_orbench.cli", "tradeoff", str(tmp_path)], capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr
+    assert "over 32 runs: 0.89" in cli.stdout
+    assert not math.isnan(float(cli.stdout.split("over 32 runs: ")[1].split()[0]))
