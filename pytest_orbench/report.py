@@ -173,7 +173,7 @@ def gate_lines(results: dict[str, Any], newly_limit: int = 20) -> list[str]:
 
 
 # -- Markdown (the CLI and the Action share it) --------------------------------------------------
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#!|~<>])")
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#!|~])")
 ICON = {"pass": "✅", "fail": "❌", "inconclusive": "⚠️"}
 MARKER = "<!-- pytest-orbench report -->"
 
@@ -183,7 +183,7 @@ def md_escape(text: str, limit: int | None = None) -> str:
     text = " ".join(term_safe(text).split())
     if limit is not None and len(text) > limit:
         text = text[: limit - 1] + "…"
-    text = text.replace("&", "&amp;")
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     text = _MD_SPECIAL.sub(r"\\\1", text)
     # A zero-width space keeps @user, #123 and scheme://links from notifying or linking.
     return text.replace("@", "@\u200b").replace("://", ":\u200b//")

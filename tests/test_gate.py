@@ -164,7 +164,7 @@ def test_markdown_is_shortened_by_dropping_list_items() -> None:
 
 
 def test_md_escape() -> None:
-    assert md_escape("a*b_c `d` <e> @f #1 x&y http://g") == "a\\*b\\_c \\`d\\` \\<e\\> @\u200bf \\#1 x&amp;y http:\u200b//g"
+    assert md_escape("a*b_c `d` <e> @f #1 x&y http://g") == "a\\*b\\_c \\`d\\` &lt;e&gt; @\u200bf \\#1 x&amp;y http:\u200b//g"
     assert md_escape("x" * 50, limit=10) == "x" * 9 + "…"
     escaped = md_escape("line1\nline2 <b>")
     assert "\n" not in escaped and "<b>" not in escaped

@@ -1,0 +1,60 @@
+"""The sticky PR comment: its body from the shared renderer, found by marker and author, updated in place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from action.github import GitHub, GitHubError
+from pytest_orbench.report import render_markdown_within
+
+GITHUB_LIMIT = 65536  # characters in an issue comment body
+
+
+def marker(config_id: str) -> str:
+    return f"<!-- pytest-orbench comment: {config_id} -->"
+
+
+def build_body(results: dict[str, Any], config_id: str, max_chars: int = GITHUB_LIMIT) -> str:
+    head = marker(config_id) + "\n"
+    return head + render_markdown_within(results, max_chars - len(head))
+
+
+def changed(results: dict[str, Any]) -> bool:
+    """For comment: on-change: anything a reviewer should see."""
+    if results.get("gate", {}).get("verdict") != "pass" or results.get("changes"):
+        return True
+    return any((s.get("comparison") or {}).get("newly_refused") or (s.get("comparison") or {}).get("newly_answered")
+               for s in results["datasets"].values())
+
+
+def find(comments: list[dict[str, Any]], config_id: str, login: str) -> dict[str, Any] | None:
+    """Ours: carries this configuration's marker and was written by the same account."""
+    tag = marker(config_id)
+    for comment in comments:
+        if tag in (comment.get("body") or "") and (comment.get("user") or {}).get("login") == login:
+            return comment
+    return None
+
+
+def upsert(github: GitHub, number: int, results: dict[str, Any], config_id: str, mode: str) -> tuple[str, str | None]:
+    """('created' | 'updated' | 'skipped', comment URL). Raises GitHubError when GitHub refuses."""
+    if mode == "never":
+        return "skipped", None
+    existing = find(github.comments(number), config_id, github.viewer_login())
+    if existing is None and mode == "on-change" and not changed(results):
+        return "skipped", None
+    limit = GITHUB_LIMIT
+    while True:
+        body = build_body(results, config_id, limit)
+        try:
+            if existing is not None:
+                comment = github.update_comment(int(existing["id"]), body)
+                return "updated", comment.get("html_url")
+            comment = github.create_comment(number, body)
+            return "created", comment.get("html_url")
+        except GitHubError as exc:
+            # 422: the body was still too long for GitHub (it counts differently); shorten by
+            # dropping list items again, down to a floor, never by cutting Markdown.
+            if exc.status != 422 or limit < 4000:
+                raise
+            limit //= 2

@@ -1,0 +1,91 @@
+"""`python -m action`: outputs, job summary, annotations and the PR comment; the exit status is the gate's."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable, Mapping
+
+import github_action_utils as gha
+
+from action.comment import build_body, upsert
+from action.github import GitHub, GitHubError
+from action.settings import ActionSettings, ActionSettingsError, from_env
+
+OVER_REFUSAL = ("hard-1k", "xstest-safe", "80k")
+TOXIC = ("toxic", "xstest-unsafe")
+
+
+def _first(datasets: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any] | None:
+    return next((datasets[n] for n in names if n in datasets), None)
+
+
+def _fmt(value: float | None) -> str:
+    return "" if value is None else f"{value:.4f}"
+
+
+def outputs(results: dict[str, Any]) -> dict[str, str]:
+    datasets = results["datasets"]
+    over, toxic = _first(datasets, OVER_REFUSAL), _first(datasets, TOXIC)
+    p_values = [c["p_value"] for c in results["gate"]["checks"] if c["kind"] == "regression"]
+    return {
+        "verdict": results["gate"]["verdict"],
+        "over-refusal-rate": _fmt(over["rejection_rate"] if over else None),
+        "over-refusal-delta": _fmt((over.get("comparison") or {}).get("delta") if over else None),
+        "toxic-rejection-rate": _fmt(toxic["rejection_rate"] if toxic else None),
+        "toxic-rejection-delta": _fmt((toxic.get("comparison") or {}).get("delta") if toxic else None),
+        "p-value": f"{min(p_values):.6g}" if p_values else "",
+    }
+
+
+def _set_outputs(values: Mapping[str, str]) -> None:
+    if os.environ.get("GITHUB_OUTPUT"):
+        for name, value in values.items():
+            gha.set_output(name, value)
+
+
+def _no_results(settings: ActionSettings) -> int:
+    message = (f"pytest --orbench wrote no results (exit code {settings.pytest_exit_code}); "
+               "see the previous step's log for the usage error or crash")
+    gha.error(message, title="pytest-orbench")
+    _set_outputs({"verdict": "inconclusive", "results-path": ""})
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        gha.append_job_summary(f"### OR-Bench over-refusal check: ⚠️ **inconclusive**\n\n{message}\n")
+    return 1 if settings.fail_on_regression else 0
+
+
+def main(env: Mapping[str, str] | None = None, github_factory: Callable[[ActionSettings], GitHub] | None = None) -> int:
+    env = os.environ if env is None else env
+    try:
+        settings = from_env(env)
+    except ActionSettingsError as exc:
+        gha.error(str(exc), title="pytest-orbench")
+        return 1
+    if not settings.results_path.is_file():
+        return _no_results(settings)
+    results = json.loads(settings.results_path.read_text(encoding="utf-8"))
+    verdict = results["gate"]["verdict"]
+    values = outputs(results) | {"results-path": str(settings.results_path), "comment-url": ""}
+
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        gha.append_job_summary(build_body(results, settings.config_id))
+    if verdict != "pass":
+        failed = "; ".join(f"{c['name']}: {c['message']}" for c in results["gate"]["checks"] if c["outcome"] != "pass")
+        gha.error(f"OR-Bench gate {verdict}: {failed}", title="pytest-orbench", file=settings.system_prompt_file)
+
+    if settings.pr_number is None:
+        if settings.comment != "never":
+            gha.notice("not a pull request event: no PR comment", title="pytest-orbench")
+    elif settings.comment != "never":
+        github = (github_factory or (lambda s: GitHub(s.api_url, s.token, s.repository)))(settings)
+        try:
+            action, url = upsert(github, settings.pr_number, results, settings.config_id, settings.comment)
+            values["comment-url"] = url or ""
+            print(f"pytest-orbench: PR comment {action}{': ' + url if url else ''}")
+        except GitHubError as exc:
+            # A fork's read-only token (403) must not turn a passing check red: the gate decides.
+            gha.warning(f"could not post the PR comment ({exc}); the job result reflects the gate only. "
+                        "For fork PRs, see the README's workflow_run pattern.", title="pytest-orbench")
+    _set_outputs(values)
+    print(f"pytest-orbench: verdict {verdict}")
+    return 1 if verdict != "pass" and settings.fail_on_regression else 0
