@@ -70,7 +70,7 @@ def load_baseline(path: Path) -> dict[str, Any]:
     return data
 
 
-def check_comparable(baseline: dict[str, Any], run: dict[str, Any], prompt_hashes: dict[str, str]) -> list[str]:
+def check_comparable(baseline: dict[str, Any], run: dict[str, Any], prompt_hashes: dict[str, str]) -> list[dict[str, Any]]:
     """Raise BaselineError when the two runs measure different things; return the allowed changes.
 
     A different model, target, system prompt or parameters is the point of comparing; another

@@ -223,7 +223,7 @@ def backoff(attempt: int, retry_after: float | None) -> float:
     """Seconds before the next attempt: the server's Retry-After when given, else exponential with jitter."""
     if retry_after is not None:
         return max(0.0, retry_after)
-    return min(MAX_BACKOFF, 0.5 * 2**attempt) * (0.5 + random.random() / 2)
+    return float(min(MAX_BACKOFF, 0.5 * 2**attempt) * (0.5 + random.random() / 2))
 
 
 async def call_with_retries(

@@ -291,7 +291,7 @@ class MockServer:
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host!s}:{port}/v1"
 
     def start(self) -> "MockServer":
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="orbench-mock", daemon=True)

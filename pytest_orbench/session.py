@@ -180,7 +180,8 @@ class OrbenchPlugin:
                 for p in dataset.prompts
             ]
             # A collect report, as a file collector would send, so "collected N items" counts them.
-            session.ihook.pytest_collectreport(report=pytest.CollectReport(node.nodeid, "passed", None, created))
+            collected: list[pytest.Item | pytest.Collector] = list(created)
+            session.ihook.pytest_collectreport(report=pytest.CollectReport(node.nodeid, "passed", None, collected))
             items.extend(created)
 
     # -- fetching ---------------------------------------------------------------------------
