@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from typing import Any, Callable, Mapping
 
 import github_action_utils as gha
@@ -38,6 +39,21 @@ def outputs(results: dict[str, Any]) -> dict[str, str]:
     }
 
 
+def prompt_diff_stat(path: str | None, base_ref: str | None) -> dict[str, str] | None:
+    """`git diff --numstat` of the system-prompt file against the PR's base branch, when git can tell."""
+    if not path or not base_ref:
+        return None
+    try:
+        proc = subprocess.run(["git", "diff", "--numstat", f"origin/{base_ref}...HEAD", "--", path],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    fields = proc.stdout.split()
+    if proc.returncode != 0 or len(fields) < 2:
+        return None  # no base history (checkout with fetch-depth: 1) or no change
+    return {"what": f"system prompt file {path}", "baseline": f"origin/{base_ref}", "current": f"+{fields[0]} -{fields[1]} lines"}
+
+
 def _set_outputs(values: Mapping[str, str]) -> None:
     if os.environ.get("GITHUB_OUTPUT"):
         for name, value in values.items():
@@ -64,6 +80,9 @@ def main(env: Mapping[str, str] | None = None, github_factory: Callable[[ActionS
     if not settings.results_path.is_file():
         return _no_results(settings)
     results = json.loads(settings.results_path.read_text(encoding="utf-8"))
+    stat = prompt_diff_stat(settings.system_prompt_file, env.get("GITHUB_BASE_REF"))
+    if stat is not None:
+        results.setdefault("changes", []).append(stat)
     verdict = results["gate"]["verdict"]
     values = outputs(results) | {"results-path": str(settings.results_path), "comment-url": ""}
 

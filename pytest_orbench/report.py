@@ -237,7 +237,7 @@ def _changes(results: dict[str, Any]) -> list[str]:
         old, new = change["baseline"], change["current"]
         if change["what"] == "system prompt sha256":
             old, new = (str(v)[:12] if v else "none" for v in (old, new))
-        lines.append(f"- {change['what']}: `{md_escape(str(old), 200)}` → `{md_escape(str(new), 200)}`")
+        lines.append(f"- {md_escape(change['what'])}: {md_escape(str(old), 200)} → {md_escape(str(new), 200)}")
     return lines
 
 
@@ -300,6 +300,17 @@ def render_markdown(results: dict[str, Any], list_limit: int | None = None) -> s
     if ours:
         lines += ["", "**Trade-off** (grey: the 32 models published in the OR-Bench paper; top left is best)", "",
                   mermaid(points + ours), ""]
+    compared = [(n, s["comparison"]) for n, s in results["datasets"].items() if s.get("comparison")]
+    if compared:
+        lines += ["<details><summary>Per category</summary>", "",
+                  "| dataset | category | n | baseline | current | Δ | p (one-sided) | newly refused | newly answered |",
+                  "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
+        for name, comparison in compared:
+            for category, c in comparison["categories"].items():
+                lines.append(f"| {md_escape(name)} | {md_escape(category)} | {c['n']} | {pct(c['baseline_rate'])} | "
+                             f"{pct(c['rate'])} | {pp(c['delta'])} | {_p(c['p_value'])} | {c['newly_refused']} | "
+                             f"{c['newly_answered']} |")
+        lines += ["", "</details>", ""]
     for name, summary in results["datasets"].items():
         comparison = summary.get("comparison")
         if comparison:

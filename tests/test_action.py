@@ -156,3 +156,28 @@ def test_untrusted_text_cannot_break_the_comment(env: dict[str, str], github: Fa
     assert "<img" not in body and "@org" not in body and "@admin" not in body and "](javascript" not in body
     assert body.count("<details>") == body.count("</details>")
     assert body.count("<!--") == 2 and body.startswith("<!-- pytest-orbench comment: ")  # only our two markers
+
+
+def test_system_prompt_diff_stat_against_the_base_branch(env: dict[str, str], github: FakeGitHub, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = tmp_path / "checkout"
+    repo.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+
+    def run(*args: str) -> None:
+        __import__("subprocess").run([*git, *args], cwd=repo, check=True, capture_output=True)
+
+    run("init", "-q", "-b", "main")
+    (repo / "system.txt").write_text("Be kind.\n", encoding="utf-8")
+    run("add", ".")
+    run("commit", "-qm", "base")
+    run("update-ref", "refs/remotes/origin/main", "HEAD")
+    (repo / "system.txt").write_text("Be kind.\nBe careful.\nRefuse harm.\n", encoding="utf-8")
+    run("commit", "-qam", "stricter")
+    monkeypatch.chdir(repo)
+    monkeypatch.setenv("GITHUB_BASE_REF", "main")
+    monkeypatch.setenv("ORBENCH_SYSTEM_PROMPT_FILE", "system.txt")
+    write(env, regressed())
+    main()
+    (comment,) = github.comments.values()
+    assert "- system prompt file system.txt: origin/main → +2 -0 lines" in comment["body"]
