@@ -1,0 +1,200 @@
+"""Benchmarks: is a run bound by the endpoint, not by the plugin? Prints a Markdown table.
+
+    python benchmarks/run.py [--repeats 3] [--quick] [--data-dir ../shared/datasets]
+
+Everything talks to `orbench mock-server` in its own process on loopback, with injected latency.
+Times are wall-clock seconds of whole commands (process start, imports and all), the median of
+--repeats runs with min-max; compare the ratios, not the absolute times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+FILES = ("or-bench-hard-1k.csv", "or-bench-toxic.csv")
+
+
+@contextmanager
+def mock_server(*args: str) -> Iterator[str]:
+    with tempfile.TemporaryDirectory() as tmp:
+        port_file = Path(tmp) / "port"
+        proc = subprocess.Popen([sys.executable, "-m", "pytest_orbench.cli", "mock-server", "--port", "0",
+                                 "--port-file", str(port_file), *args], stdout=subprocess.DEVNULL)
+        try:
+            for _ in range(200):
+                if port_file.exists() and port_file.read_text():
+                    break
+                time.sleep(0.05)
+            yield f"http://127.0.0.1:{port_file.read_text()}/v1"
+        finally:
+            proc.terminate()
+            proc.wait()
+
+
+def server_stats(url: str) -> dict[str, object]:
+    with urllib.request.urlopen(url.rsplit("/v1", 1)[0] + "/stats") as resp:
+        data: dict[str, object] = json.load(resp)
+    return data
+
+
+def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, str]:
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"{' '.join(cmd[:6])}... exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    return elapsed, proc.stdout
+
+
+def summary(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def plugin_cmd(url: str, store: Path, concurrency: int, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", "--orbench", "--orbench-model", "openai/orbench-mock", "--orbench-api-base", url,
+            "--orbench-store", str(store), "--orbench-concurrency", str(concurrency), "-q", "-p", "no:cacheprovider",
+            "-p", "no:randomly", *extra, "."]
+
+
+def bare_pytest(n: int, work: Path, env: dict[str, str]) -> float:
+    folder = work / f"bare{n}"
+    folder.mkdir(exist_ok=True)
+    (folder / "test_bare.py").write_text(
+        f"import pytest\n\n@pytest.mark.parametrize('i', range({n}))\ndef test_trivial(i):\n    assert i >= 0\n")
+    elapsed, _ = timed([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "."], folder, env)
+    return elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="latency 0.1 only, concurrency 32 only")
+    parser.add_argument("--data-dir", default=os.environ.get("ORBENCH_DATA_DIR", str(REPO.parent / "shared" / "datasets")))
+    args = parser.parse_args()
+    data_dir = Path(args.data_dir).resolve()
+    env = {**os.environ, "ORBENCH_DATA_DIR": str(data_dir), "OPENAI_API_KEY": "sk-bench", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    n = sum(sum(1 for _ in csv.DictReader((data_dir / f).open(encoding="utf-8", newline=""))) for f in FILES)
+    rows: list[str] = []
+    work = Path(tempfile.mkdtemp(prefix="orbench-bench-"))
+
+    latencies = (0.1,) if args.quick else (0.1, 0.5)
+    concurrencies = (32,) if args.quick else (8, 32, 64)
+    rows.append("| measurement | plugin s | reference s | ratio | target |")
+    rows.append("|---|--:|--:|--:|---|")
+    for latency in latencies:
+        with mock_server("--latency", str(latency)) as url:
+            for concurrency in concurrencies:
+                plugin_times, bare_times = [], []
+                for repeat in range(args.repeats):
+                    store = work / f"store-{latency}-{concurrency}-{repeat}"
+                    elapsed, _ = timed(plugin_cmd(url, store, concurrency), work, env)
+                    plugin_times.append(elapsed)
+                    elapsed, _ = timed([sys.executable, str(HERE / "bare_client.py"), url, str(concurrency),
+                                        *(str(data_dir / f) for f in FILES)], work, env)
+                    bare_times.append(elapsed)
+                ideal = n * latency / concurrency
+                p, b = statistics.median(plugin_times), statistics.median(bare_times)
+                rows.append(f"| cold, {n} prompts, L={latency}s, C={concurrency}: plugin vs bare litellm+asyncio | "
+                            f"{summary(plugin_times)} | {summary(bare_times)} | throughput {b / p:.2f} of bare, "
+                            f"{ideal / p:.2f} of ideal ({ideal:.1f}s) | >= 0.90 of bare; >= 0.85 of ideal at C=32, L=0.5 |")
+
+
+    # Warm re-run: every reply stored.
+    with mock_server() as url:
+        store = work / "store-warm"
+        timed(plugin_cmd(url, store, 32), work, env)
+        warm = [timed(plugin_cmd(url, store, 32), work, env)[0] for _ in range(args.repeats)]
+        bare = [bare_pytest(n, work, env) for _ in range(args.repeats)]
+        calls_before = server_stats(url)["requests"]
+        code = ("import sys, pytest; pytest.main(sys.argv[1:]); print('LITELLM', 'litellm' in sys.modules)")
+        _, out = timed([sys.executable, "-c", code, *plugin_cmd(url, store, 32)[3:]], work, env)
+        imported = "LITELLM True" in out
+        calls = server_stats(url)["requests"] == calls_before
+    rows.append(f"| warm re-run, {n} prompts (litellm imported: {'yes' if imported else 'no'}; calls: "
+                f"{'0' if calls else 'some'}) vs bare pytest, {n} trivial tests | {summary(warm)} | {summary(bare)} | "
+                f"{statistics.median(warm) / statistics.median(bare):.2f}x | <= 2x, no litellm import |")
+
+    # Scale: an 80,000-prompt synthetic dataset, warm store, offline.
+    scale = 80_000
+    synthetic = work / "synthetic-80k.csv"
+    with synthetic.open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["prompt", "category"])
+        for i in range(scale):
+            writer.writerow([f"Synthetic borderline prompt number {i}: how do I safely dispose of old batteries?", f"cat{i % 10}"])
+    store = work / "store-80k"
+    fill = (
+        "import sys; from pytest_orbench.store import Store, response_key; import csv\n"
+        "s = Store(__import__('pathlib').Path(sys.argv[1]))\n"
+        "base = {'target': None, 'model': 'openai/orbench-mock', 'api_base': None,"
+        " 'params': {'temperature': 0.0, 'max_tokens': 1000}, 'system_prompt': None, 'trial': 0}\n"
+        "rows = list(csv.DictReader(open(sys.argv[2], encoding='utf-8', newline='')))\n"
+        "conn = s._conn(); conn.execute('BEGIN')\n"
+        "for r in rows: s.put(response_key({**base, 'prompt': r['prompt']}), {'text': 'Sure, here is how.', 'finish_reason': 'stop'})\n"
+        "conn.execute('COMMIT')\n"
+    )
+    subprocess.run([sys.executable, "-c", fill, str(store), str(synthetic)], check=True, env=env)
+    scale_times, rss = [], []
+    for _ in range(args.repeats):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        elapsed, out = timed([sys.executable, "-m", "pytest", "--orbench", "--orbench-model", "openai/orbench-mock",
+                              "--orbench-offline", "--orbench-store", str(store), "--orbench-datasets", f"{synthetic}:answer",
+                              "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "."], work, env)
+        assert f"{scale} passed" in out, out[-500:]
+        scale_times.append(elapsed)
+        rss.append(max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024)
+    bare = [bare_pytest(scale, work, env) for _ in range(args.repeats)]
+    rows.append(f"| scale: {scale:,} prompts, warm store (peak RSS {max(rss):.0f} MiB) vs bare pytest, {scale:,} trivial tests | "
+                f"{summary(scale_times)} | {summary(bare)} | {statistics.median(scale_times) / statistics.median(bare):.2f}x | "
+                "<= 2x, RSS < 1 GiB |")
+
+    # xdist: -n 2 against -n 0 at the same total concurrency.
+    serial, parallel, duplicates = [], [], 0
+    for repeat in range(args.repeats):
+        with mock_server("--latency", "0.1") as url:
+            serial.append(timed(plugin_cmd(url, work / f"x0-{repeat}", 32), work, env)[0])
+        with mock_server("--latency", "0.1") as url:
+            parallel.append(timed(plugin_cmd(url, work / f"x2-{repeat}", 32, "-n", "2"), work, env)[0])
+            duplicates += int(server_stats(url)["duplicates"])  # type: ignore[call-overload]
+    rows.append(f"| xdist: -n 2 vs -n 0, L=0.1s, C=32 total ({duplicates} duplicate calls) | {summary(parallel)} | "
+                f"{summary(serial)} | {statistics.median(parallel) / statistics.median(serial):.2f}x | no slower, no duplicates |")
+
+    # Faults: 10% of prompts answer 429 (Retry-After: 1) once.
+    clean, faulty, errors = [], [], 0
+    for repeat in range(args.repeats):
+        with mock_server("--latency", "0.1") as url:
+            clean.append(timed(plugin_cmd(url, work / f"f0-{repeat}", 32), work, env)[0])
+        with mock_server("--latency", "0.1", "--fault-rate", "0.1", "--faults", "429", "--retry-after", "1") as url:
+            elapsed, out = timed(plugin_cmd(url, work / f"f1-{repeat}", 32), work, env)
+            faulty.append(elapsed)
+            match = re.search(r"(\d+) errors after retries", out)
+            errors += int(match.group(1)) if match else 0
+    rows.append(f"| faults: 10% of prompts 429 with Retry-After 1 ({errors} errors) vs no faults, L=0.1s, C=32 | "
+                f"{summary(faulty)} | {summary(clean)} | slowdown {statistics.median(faulty) / statistics.median(clean):.2f}x | "
+                "completes, no errors |")
+
+    print(f"pytest-orbench benchmarks, {time.strftime('%Y-%m-%d')}, {platform.platform()}, {os.cpu_count()} cores, "
+          f"Python {platform.python_version()}, median of {args.repeats} (min-max), seconds of wall time\n")
+    print("\n".join(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
