@@ -93,6 +93,8 @@ def main() -> int:
     n = sum(sum(1 for _ in csv.DictReader((data_dir / f).open(encoding="utf-8", newline=""))) for f in FILES)
     rows: list[str] = []
     work = Path(tempfile.mkdtemp(prefix="orbench-bench-"))
+    runs = work / "runs"  # an empty folder: plugin runs collect nothing but the prompts
+    runs.mkdir()
 
     latencies = (0.1,) if args.quick else (0.1, 0.5)
     concurrencies = (32,) if args.quick else (8, 32, 64)
@@ -104,7 +106,7 @@ def main() -> int:
                 plugin_times, bare_times = [], []
                 for repeat in range(args.repeats):
                     store = work / f"store-{latency}-{concurrency}-{repeat}"
-                    elapsed, _ = timed(plugin_cmd(url, store, concurrency), work, env)
+                    elapsed, _ = timed(plugin_cmd(url, store, concurrency), runs, env)
                     plugin_times.append(elapsed)
                     elapsed, _ = timed([sys.executable, str(HERE / "bare_client.py"), url, str(concurrency),
                                         *(str(data_dir / f) for f in FILES)], work, env)
@@ -119,12 +121,12 @@ def main() -> int:
     # Warm re-run: every reply stored.
     with mock_server() as url:
         store = work / "store-warm"
-        timed(plugin_cmd(url, store, 32), work, env)
-        warm = [timed(plugin_cmd(url, store, 32), work, env)[0] for _ in range(args.repeats)]
+        timed(plugin_cmd(url, store, 32), runs, env)
+        warm = [timed(plugin_cmd(url, store, 32), runs, env)[0] for _ in range(args.repeats)]
         bare = [bare_pytest(n, work, env) for _ in range(args.repeats)]
         calls_before = server_stats(url)["requests"]
         code = ("import sys, pytest; pytest.main(sys.argv[1:]); print('LITELLM', 'litellm' in sys.modules)")
-        _, out = timed([sys.executable, "-c", code, *plugin_cmd(url, store, 32)[3:]], work, env)
+        _, out = timed([sys.executable, "-c", code, *plugin_cmd(url, store, 32)[3:]], runs, env)
         imported = "LITELLM True" in out
         calls = server_stats(url)["requests"] == calls_before
     rows.append(f"| warm re-run, {n} prompts (litellm imported: {'yes' if imported else 'no'}; calls: "
@@ -156,7 +158,7 @@ def main() -> int:
         before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         elapsed, out = timed([sys.executable, "-m", "pytest", "--orbench", "--orbench-model", "openai/orbench-mock",
                               "--orbench-offline", "--orbench-store", str(store), "--orbench-datasets", f"{synthetic}:answer",
-                              "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "."], work, env)
+                              "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "."], runs, env)
         assert f"{scale} passed" in out, out[-500:]
         scale_times.append(elapsed)
         rss.append(max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024)
@@ -169,9 +171,9 @@ def main() -> int:
     serial, parallel, duplicates = [], [], 0
     for repeat in range(args.repeats):
         with mock_server("--latency", "0.1") as url:
-            serial.append(timed(plugin_cmd(url, work / f"x0-{repeat}", 32), work, env)[0])
+            serial.append(timed(plugin_cmd(url, work / f"x0-{repeat}", 32), runs, env)[0])
         with mock_server("--latency", "0.1") as url:
-            parallel.append(timed(plugin_cmd(url, work / f"x2-{repeat}", 32, "-n", "2"), work, env)[0])
+            parallel.append(timed(plugin_cmd(url, work / f"x2-{repeat}", 32, "-n", "2"), runs, env)[0])
             duplicates += int(server_stats(url)["duplicates"])  # type: ignore[call-overload]
     rows.append(f"| xdist: -n 2 vs -n 0, L=0.1s, C=32 total ({duplicates} duplicate calls) | {summary(parallel)} | "
                 f"{summary(serial)} | {statistics.median(parallel) / statistics.median(serial):.2f}x | no slower, no duplicates |")
@@ -180,9 +182,9 @@ def main() -> int:
     clean, faulty, errors = [], [], 0
     for repeat in range(args.repeats):
         with mock_server("--latency", "0.1") as url:
-            clean.append(timed(plugin_cmd(url, work / f"f0-{repeat}", 32), work, env)[0])
+            clean.append(timed(plugin_cmd(url, work / f"f0-{repeat}", 32), runs, env)[0])
         with mock_server("--latency", "0.1", "--fault-rate", "0.1", "--faults", "429", "--retry-after", "1") as url:
-            elapsed, out = timed(plugin_cmd(url, work / f"f1-{repeat}", 32), work, env)
+            elapsed, out = timed(plugin_cmd(url, work / f"f1-{repeat}", 32), runs, env)
             faulty.append(elapsed)
             match = re.search(r"(\d+) errors after retries", out)
             errors += int(match.group(1)) if match else 0

@@ -226,7 +226,7 @@ class OrbenchPlugin:
             jobs = [Job(i.key, i.prompt.text, n) for n, i in enumerate(misses)]
             self.fetcher = Fetcher(
                 self.store, lambda: make_caller(self.settings), jobs,
-                run_id=self.run_id, concurrency=share, retries=self.settings.retries,
+                run_id=self.run_id, concurrency=share, retries=self.settings.retries, shared=self.is_worker,
             )
             self.fetcher.start()
 

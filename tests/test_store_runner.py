@@ -149,3 +149,15 @@ def test_fatal_error_stops_all_calls(tmp_path: Path) -> None:
     fetcher.stop()
     assert len(caller.prompts) == 1
     assert all(e and "AuthenticationError" in e for e in errors)
+
+
+def test_a_lone_process_fetches_without_claims(tmp_path: Path) -> None:
+    caller = SlowCaller()
+    store = Store(tmp_path)
+    jobs = [Job(f"k{i}", f"p{i}", i) for i in range(10)]
+    fetcher = Fetcher(store, lambda: caller, jobs, run_id="r", concurrency=3, retries=0, shared=False)
+    fetcher.start()
+    texts = [fetcher.result(j.key).record["text"] for j in reversed(jobs)]  # type: ignore[index]
+    fetcher.stop()
+    assert texts == [f"P{i}" for i in reversed(range(10))]
+    assert all(Store(tmp_path).claim("r", j.key) is None for j in jobs)  # no claim rows written
