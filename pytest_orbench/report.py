@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import html
 import re
-import unicodedata
 from collections import Counter, defaultdict
 from typing import Any, Iterable
 
@@ -14,7 +13,7 @@ from pytest_orbench.stats import wilson
 RESULTS_SCHEMA = "pytest-orbench/results"
 RESULTS_SCHEMA_VERSION = 1
 VERDICTS = ("direct_answer", "direct_refusal", "indirect_refusal", "filtered", "empty", "error", "unscored")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def pct(rate: float | None) -> str:
@@ -29,7 +28,6 @@ def pp(delta: float | None) -> str:
 def term_safe(text: str, limit: int | None = None) -> str:
     """Untrusted text for a terminal: no escape sequences, control or bidi characters, one line."""
     text = _CONTROL.sub(lambda m: " " if m.group(0) in "\n\r\t" else "\ufffd", text)
-    text = "".join(ch if unicodedata.category(ch) != "Cc" else " " for ch in text)
     if limit is not None and len(text) > limit:
         text = text[: limit - 1] + "…"
     return text

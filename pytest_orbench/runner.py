@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from pytest_orbench.client import Caller, EndpointError, call_with_retries
@@ -30,15 +29,6 @@ class Outcome:
     record: dict[str, Any] | None = None
     error: str | None = None
     fetched: bool = False  # paid for in this run
-
-
-@dataclass
-class FetchStats:
-    calls: int = 0
-    attempts: int = 0
-    errors: int = 0
-    seconds: float = 0.0
-    events: list[str] = field(default_factory=list)
 
 
 def _alive(pid: int) -> bool:
@@ -74,7 +64,6 @@ class Fetcher:
         # two SQLite writes per prompt on the event loop.
         self.shared = shared
         self.pid = os.getpid()
-        self.stats = FetchStats()
         self._events = {key: threading.Event() for key in self.jobs}
         self._outcomes: dict[str, Outcome] = {}
         self._mine: set[str] = set()
@@ -147,18 +136,12 @@ class Fetcher:
         if self._fatal is not None:
             return Outcome(error=f"not requested: {self._fatal}")
         assert self._caller is not None
-        start = time.monotonic()
         try:
             reply, attempts, seconds = await call_with_retries(self._caller, job.prompt, self.retries)
         except EndpointError as exc:
-            self.stats.calls += 1
-            self.stats.errors += 1
             if exc.fatal:
                 self._fatal = str(exc)
             return Outcome(error=str(exc), fetched=True)
-        self.stats.calls += 1
-        self.stats.attempts += attempts
-        self.stats.seconds += time.monotonic() - start
         record = reply.record()
         record["seconds"] = round(seconds, 3)
         record["attempts"] = attempts

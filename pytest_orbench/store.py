@@ -93,9 +93,6 @@ class Store:
             (key, json.dumps(record, ensure_ascii=False, sort_keys=True), time.time()),
         )
 
-    def count(self) -> int:
-        return int(self._conn().execute("SELECT COUNT(*) FROM responses").fetchone()[0])
-
     # -- claims: which process of this run requests which prompt -------------------------------
     def try_claim(self, run: str, key: str, pid: int) -> bool:
         cur = self._conn().execute(

@@ -168,3 +168,10 @@ def test_md_escape() -> None:
     assert md_escape("x" * 50, limit=10) == "x" * 9 + "…"
     escaped = md_escape("line1\nline2 <b>")
     assert "\n" not in escaped and "<b>" not in escaped
+
+
+def test_term_safe_strips_escapes_and_bidi() -> None:
+    from pytest_orbench.report import term_safe
+
+    assert term_safe("a\x1b[31mred\x00\u202eb\nc\td") == "a\ufffd[31mred\ufffd\ufffdb c d"
+    assert term_safe("x" * 20, limit=5) == "xxxx…"
