@@ -56,7 +56,10 @@ def server_stats(url: str) -> dict[str, object]:
 
 def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, str]:
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeError(f"timed out after 600 s: {' '.join(cmd)}\n{(exc.stdout or b'')[-2000:]!r}") from None
     elapsed = time.perf_counter() - start
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"{' '.join(cmd[:6])}... exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
