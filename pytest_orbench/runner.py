@@ -13,6 +13,7 @@ from pytest_orbench.client import Caller, EndpointError, call_with_retries
 from pytest_orbench.store import Store
 
 POLL = 0.05  # seconds between looks at a prompt another process is fetching
+DRAIN = 120.0  # seconds stop() waits for requests already in flight (paid for: keep them)
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,8 @@ class Fetcher:
         self._ready = threading.Event()
         self._fatal: str | None = None
         self._caller: Caller | None = None
+        self._draining = False
+        self._busy: set[asyncio.Task[None]] = set()
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
@@ -112,25 +115,41 @@ class Fetcher:
             self._fatal = str(exc)
         workers = [asyncio.create_task(self._worker()) for _ in range(self.concurrency)]
         await self._stop_event.wait()
+        # Stop taking prompts; let requests in flight finish and be stored (a finished xdist worker
+        # may hold prompts another worker is waiting for), then give back whatever is left.
+        self._draining = True
+        for worker in workers:
+            if worker not in self._busy:
+                worker.cancel()
+        if self._busy:
+            await asyncio.wait(set(self._busy), timeout=DRAIN)
         for worker in workers:
             worker.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
+        if self.shared:
+            self.store.release_claims(self.run_id, self.pid)
         if self._caller is not None:
             await self._caller.aclose()
 
     # -- the loop side ----------------------------------------------------------------------
     async def _worker(self) -> None:
         assert self._queue is not None
-        while True:
+        task = asyncio.current_task()
+        assert task is not None
+        while not self._draining:
             _, _, key, forced = await self._queue.get()
             with self._lock:
-                if key in self._outcomes or (key in self._mine and not forced):
+                if self._draining or key in self._outcomes or (key in self._mine and not forced):
                     continue
                 if not forced and self.shared and not self.store.try_claim(self.run_id, key, self.pid):
                     continue  # another process of this run has it
                 self._mine.add(key)
-            outcome = await self._fetch(self.jobs[key])
-            self._finish(key, outcome)
+            self._busy.add(task)
+            try:
+                outcome = await self._fetch(self.jobs[key])
+                self._finish(key, outcome)
+            finally:
+                self._busy.discard(task)
 
     async def _fetch(self, job: Job) -> Outcome:
         if self._fatal is not None:

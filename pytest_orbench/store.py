@@ -118,5 +118,9 @@ class Store:
             ("error" if error else "done", error, time.time(), run, key),
         )
 
+    def release_claims(self, run: str, pid: int) -> None:
+        """Give back prompts this process claimed but never finished: a waiting process fetches them."""
+        self._conn().execute("DELETE FROM claims WHERE run = ? AND pid = ? AND state = 'claimed'", (run, pid))
+
     def clear_run(self, run: str) -> None:
         self._conn().execute("DELETE FROM claims WHERE run = ?", (run,))

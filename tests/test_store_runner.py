@@ -161,3 +161,23 @@ def test_a_lone_process_fetches_without_claims(tmp_path: Path) -> None:
     fetcher.stop()
     assert texts == [f"P{i}" for i in reversed(range(10))]
     assert all(Store(tmp_path).claim("r", j.key) is None for j in jobs)  # no claim rows written
+
+
+def test_stop_finishes_requests_in_flight_and_releases_the_rest(tmp_path: Path) -> None:
+    class Slower(SlowCaller):
+        async def __call__(self, prompt: str) -> Reply:
+            await asyncio.sleep(0.3)
+            return await super().__call__(prompt)
+
+    caller = Slower()
+    jobs = [Job(f"k{i}", f"p{i}", i) for i in range(20)]
+    fetcher = Fetcher(Store(tmp_path), lambda: caller, jobs, run_id="r", concurrency=2, retries=0)
+    fetcher.start()
+    assert fetcher.result("k0").record is not None
+    fetcher.stop()  # like an xdist worker whose own tests are done while it still fetches for others
+    store = Store(tmp_path)
+    finished = [j.key for j in jobs if store.get(j.key) is not None]
+    assert set(caller.prompts) == {f"p{k[1:]}" for k in finished}  # every request made was stored
+    assert len(finished) < 20
+    # Nothing is left claimed: another process waiting for the rest will fetch them itself.
+    assert all((store.claim("r", j.key) or ("done",))[0] == "done" for j in jobs)
