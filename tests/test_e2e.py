@@ -265,3 +265,18 @@ def test_run_killed_midway_resumes_without_paying_twice(pytester: pytest.Pyteste
     assert served["completions"] - paid <= 300 - paid + 4
     assert served["duplicates"] <= 4
     assert load(pytester.path / "r.json")["run"]["calls"]["stored"] >= paid - 4
+
+
+def test_xdist_worker_finishing_early_does_not_strand_others(pytester: pytest.Pytester, mock_factory: Any) -> None:
+    # loadfile sends each dataset to one worker: the toxic worker finishes first while its fetcher
+    # holds hard-1k prompts the other worker waits for. It must finish those and give back the rest.
+    server = mock_factory(latency=0.2)
+    result = pytester.runpytest_subprocess(
+        *mock_args(server, "--orbench-datasets", "toxic,hard-1k", "--orbench-sample", "30", "--orbench-seed", "2",
+                   "--orbench-concurrency", "4", "-n", "2", "--dist", "loadfile", "--orbench-json", "r.json"),
+        timeout=240,
+    )
+    assert result.ret == 0
+    served = stats(server.url)
+    assert served["completions"] == 60 and served["duplicates"] == 0
+    assert load(pytester.path / "r.json")["run"]["calls"]["made"] == 60
