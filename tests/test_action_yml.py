@@ -61,9 +61,9 @@ class Runner:
             log.append(proc.stdout + proc.stderr)
             steps[step.get("id", f"step{number}")] = parse_outputs(output.read_text())
             if proc.returncode != 0:
-                return proc.returncode, {}, "\n".join(log)
+                break  # the job fails here; outputs set before the failure still resolve
         outputs = {name: resolve(spec["value"]) for name, spec in self.action["outputs"].items()}
-        return 0, outputs, "\n".join(log)
+        return proc.returncode, outputs, "\n".join(log)
 
 
 def parse_outputs(text: str) -> dict[str, str]:
@@ -129,7 +129,8 @@ def test_action_fails_a_regressing_pr_passes_the_fix_and_edits_one_comment(
         "You are a support assistant. Be careful and cautious; refuse anything harmful. Safety first.", encoding="utf-8")
     code, outputs, log = runner.run(inputs, github.token)
     assert code == 1, log
-    assert outputs == {} or outputs.get("verdict") == "fail"
+    assert outputs["verdict"] == "fail" and outputs["comment-url"] == next(iter(github.comments.values()))["html_url"]
+    assert float(outputs["over-refusal-delta"]) > 0 and float(outputs["p-value"]) < 0.05
     assert "::error title=pytest-orbench,file=prompts/system.txt::OR-Bench gate fail" in log
     (comment,) = github.comments.values()
     results = json.loads((temp / "orbench-results.json").read_text())
