@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_orbench.baseline import check_comparable, compare
+
 GLOBAL_KEYS = {"error_budget", "alpha", "tolerance_pp"}
 DATASET_KEYS = {"max_rejection", "min_rejection", "tolerance_pp", "alpha"}
 
@@ -129,8 +131,6 @@ def evaluate(results: dict[str, Any], config: GateConfig, sampled: bool = False)
 
 def assess(results: dict[str, Any], baseline: dict[str, Any] | None, config: GateConfig) -> dict[str, Any]:
     """Add the comparison with `baseline` (if any), what changed, and the gate verdict to `results`."""
-    from pytest_orbench.baseline import check_comparable, compare
-
     if baseline is not None:
         hashes = {p["id"]: p["prompt_sha256"] for p in results["prompts"]}
         results["changes"] = check_comparable(baseline, results["run"], hashes)

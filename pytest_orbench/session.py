@@ -275,7 +275,11 @@ class OrbenchPlugin:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.is_worker:
             return
-        Store(self.settings.store).clear_run(self.run_id) if self.settings.store.exists() else None
+        if self.config.pluginmanager.hasplugin("dsession") and self.settings.store.exists():
+            # Only xdist workers write claims (a lone process owns every prompt); drop this run's.
+            store = Store(self.settings.store)
+            store.clear_run(self.run_id)
+            store.close()
         if not self.records:
             return
         records = list(self.records.values())

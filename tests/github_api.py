@@ -75,6 +75,17 @@ class FakeGitHub:
         self.comments[self.next_id] = comment
         return comment
 
+    def _writable(self, handler: Any, raw: str) -> str | None:
+        """The comment body to write, or None after answering 403 (read-only) / 422 (too long)."""
+        if self.read_only:
+            handler._send(403, {"message": "Resource not accessible by integration"})
+            return None
+        body: str = json.loads(raw)["body"]
+        if len(body) > self.max_body:
+            handler._send(422, {"message": "Validation Failed", "errors": [{"field": "body", "code": "too_long"}]})
+            return None
+        return body
+
     def route(self, handler: Any, method: str, raw: str) -> None:
         parts = urlsplit(handler.path)
         repo = re.escape(self.repository)
@@ -95,23 +106,14 @@ class FakeGitHub:
             handler._send(200, chunk, headers)
             return
         if match and method == "POST":
-            if self.read_only:
-                handler._send(403, {"message": "Resource not accessible by integration"})
-                return
-            body = json.loads(raw)["body"]
-            if len(body) > self.max_body:
-                handler._send(422, {"message": "Validation Failed", "errors": [{"field": "body", "code": "too_long"}]})
-                return
-            handler._send(201, self.add_comment(int(match.group(1)), body, "github-actions[bot]"))
+            body = self._writable(handler, raw)
+            if body is not None:
+                handler._send(201, self.add_comment(int(match.group(1)), body, "github-actions[bot]"))
             return
         match = re.fullmatch(rf"/repos/{repo}/issues/comments/(\d+)", parts.path)
         if match and method == "PATCH":
-            if self.read_only:
-                handler._send(403, {"message": "Resource not accessible by integration"})
-                return
-            body = json.loads(raw)["body"]
-            if len(body) > self.max_body:
-                handler._send(422, {"message": "Validation Failed"})
+            body = self._writable(handler, raw)
+            if body is None:
                 return
             comment = self.comments[int(match.group(1))]
             comment["body"] = body
