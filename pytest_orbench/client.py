@@ -10,13 +10,15 @@ import random
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Awaitable, Callable, Protocol, TypeVar
 
 from pytest_orbench.settings import Settings
+from pytest_orbench.spec import ModelSpec
 
 # Statuses worth another attempt: rate limits, overload, server faults, gateway timeouts.
 RETRY_STATUSES = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
 MAX_BACKOFF = 60.0
+T = TypeVar("T")
 
 
 class EndpointError(Exception):
@@ -36,6 +38,7 @@ class Reply:
     model: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    cost: float | None = None  # USD, when litellm knows the model's price
 
     def record(self) -> dict[str, Any]:
         return {
@@ -43,6 +46,7 @@ class Reply:
             "finish_reason": self.finish_reason,
             "model": self.model,
             "usage": {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens},
+            "cost": self.cost,
         }
 
 
@@ -100,12 +104,13 @@ def _retry_after(exc: Exception) -> float | None:
 class LiteLLMCaller:
     """Calls a model through litellm.acompletion; maps its exceptions onto EndpointError."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
+    def __init__(self, spec: ModelSpec, system_prompt: str | None = None) -> None:
+        self.spec = spec
+        self.system_prompt = system_prompt
         self.litellm = _import_litellm()
 
     def _scrub(self, text: str) -> str:
-        key = self.settings.api_key or (os.environ.get(self.settings.api_key_env) if self.settings.api_key_env else None)
+        key = self.spec.api_key or (os.environ.get(self.spec.api_key_env) if self.spec.api_key_env else None)
         return text.replace(key, "***") if key else text
 
     async def aclose(self) -> None:
@@ -131,21 +136,21 @@ class LiteLLMCaller:
         ll.in_memory_llm_clients_cache.flush_cache()
 
     async def __call__(self, prompt: str) -> Reply:
-        s = self.settings
         messages = [{"role": "user", "content": prompt}]
-        if s.system_prompt is not None:
-            messages.insert(0, {"role": "system", "content": s.system_prompt})
-        kwargs: dict[str, Any] = dict(s.litellm_kwargs)
-        if s.api_base:
-            kwargs["api_base"] = s.api_base
-        if s.api_key:
-            kwargs["api_key"] = s.api_key
+        if self.system_prompt is not None:
+            messages.insert(0, {"role": "system", "content": self.system_prompt})
+        return await self.complete(messages)
+
+    async def complete(self, messages: list[dict[str, str]]) -> Reply:
+        spec = self.spec
+        kwargs: dict[str, Any] = dict(spec.params)
+        if spec.api_base:
+            kwargs["api_base"] = spec.api_base
+        if spec.api_key:
+            kwargs["api_key"] = spec.api_key
         ll = self.litellm
         try:
-            response = await ll.acompletion(
-                model=s.model, messages=messages, temperature=s.temperature, max_tokens=s.max_tokens,
-                timeout=s.timeout, num_retries=0, **kwargs,
-            )
+            response = await ll.acompletion(model=spec.model, messages=messages, timeout=spec.timeout, num_retries=0, **kwargs)
         except ll.ContentPolicyViolationError:
             return Reply("", "content_filter")
         except (ll.AuthenticationError, ll.NotFoundError, ll.PermissionDeniedError) as exc:
@@ -166,12 +171,15 @@ class LiteLLMCaller:
         except (AttributeError, IndexError, TypeError) as exc:
             raise EndpointError(f"malformed reply: {exc}", retryable=True) from None
         usage = getattr(response, "usage", None)
+        hidden = getattr(response, "_hidden_params", None) or {}
+        cost = hidden.get("response_cost") if isinstance(hidden, dict) else None
         return Reply(
             text or "",
             finish,
             getattr(response, "model", None),
             getattr(usage, "prompt_tokens", None),
             getattr(usage, "completion_tokens", None),
+            float(cost) if isinstance(cost, (int, float)) else None,
         )
 
 
@@ -215,8 +223,19 @@ def load_target(spec: str) -> Callable[..., Any]:
     return obj  # type: ignore[no-any-return]
 
 
+def endpoint_spec(settings: Settings) -> ModelSpec:
+    assert settings.model is not None
+    return ModelSpec(
+        settings.model, settings.api_base,
+        {"temperature": settings.temperature, "max_tokens": settings.max_tokens, **settings.litellm_kwargs},
+        settings.timeout, settings.api_key, settings.api_key_env,
+    )
+
+
 def make_caller(settings: Settings) -> Caller:
-    return CallableCaller(settings) if settings.target else LiteLLMCaller(settings)
+    if settings.target:
+        return CallableCaller(settings)
+    return LiteLLMCaller(endpoint_spec(settings), settings.system_prompt)
 
 
 def backoff(attempt: int, retry_after: float | None) -> float:
@@ -227,15 +246,15 @@ def backoff(attempt: int, retry_after: float | None) -> float:
 
 
 async def call_with_retries(
-    caller: Caller, prompt: str, retries: int,
+    call: Callable[[T], Awaitable[Reply]], request: T, retries: int,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> tuple[Reply, int, float]:
-    """(reply, attempts, seconds). Raises the last EndpointError once retries are spent."""
+    """(reply, attempts, seconds) of `call(request)`. Raises the last EndpointError once retries are spent."""
     start = time.monotonic()
     attempt = 0
     while True:
         try:
-            reply = await caller(prompt)
+            reply = await call(request)
             return reply, attempt + 1, time.monotonic() - start
         except EndpointError as exc:
             if not exc.retryable or attempt >= retries:

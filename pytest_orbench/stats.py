@@ -87,3 +87,29 @@ def spearman(x: list[float], y: list[float]) -> tuple[float, float]:
 
     result = spearmanr(x, y)
     return float(result.statistic), float(result.pvalue)
+
+
+def cohen_kappa(a: list[str], b: list[str]) -> float:
+    """Cohen's kappa of two raters' labels on the same items (1 = perfect, 0 = chance agreement)."""
+    n = len(a)
+    if n == 0 or n != len(b):
+        raise ValueError("kappa needs two equally long, non-empty label lists")
+    observed = sum(1 for x, y in zip(a, b) if x == y) / n
+    expected = sum((a.count(c) / n) * (b.count(c) / n) for c in set(a) | set(b))
+    if expected == 1:
+        return 1.0 if observed == 1 else 0.0
+    return (observed - expected) / (1 - expected)
+
+
+def bootstrap_kappa_ci(a: list[str], b: list[str], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap 95% interval of Cohen's kappa (items resampled; seeded, so reproducible)."""
+    import random
+
+    rng = random.Random(seed)
+    n = len(a)
+    values = []
+    for _ in range(resamples):
+        picks = [rng.randrange(n) for _ in range(n)]
+        values.append(cohen_kappa([a[i] for i in picks], [b[i] for i in picks]))
+    values.sort()
+    return values[int(0.025 * resamples)], values[min(resamples - 1, int(0.975 * resamples))]

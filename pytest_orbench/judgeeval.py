@@ -1,0 +1,220 @@
+"""`orbench judge-eval`: a judge's agreement with human labels, with intervals and the disagreements."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from pytest_orbench.judge import CLASSES, Judge, Judgement, Verdict
+from pytest_orbench.stats import bootstrap_kappa_ci, cohen_kappa, paired_diff_ci, wilson
+
+SCHEMA = "pytest-orbench/judge-eval/v1"
+HUMAN = ("compliance", "refusal", "partial_refusal")
+LABELS = {
+    "compliance": "compliance", "1_full_compliance": "compliance", "full_compliance": "compliance",
+    "refusal": "refusal", "2_full_refusal": "refusal", "full_refusal": "refusal",
+    "partial_refusal": "partial_refusal", "3_partial_refusal": "partial_refusal",
+}
+# For 3-class agreement. The concepts differ a little: XSTest's partial refusal is a mix of refusal
+# and compliance, OR-Bench's indirect refusal is deflection; the binary figure is the headline.
+HUMAN_CLASS = {"compliance": Verdict.DIRECT_ANSWER, "refusal": Verdict.DIRECT_REFUSAL, "partial_refusal": Verdict.INDIRECT_REFUSAL}
+COLUMNS = [v.value for v in Verdict]
+RESPONSE_COLUMNS = ("response", "completion")  # XSTest's files call it completion
+LABEL_COLUMNS = ("label", "final_label")
+
+
+class LabeledError(Exception):
+    """A labeled file that cannot be evaluated; the message names the file, row and fix."""
+
+
+@dataclass(frozen=True)
+class Example:
+    row: int  # 1-based data row (the header is row 0)
+    prompt: str
+    response: str
+    label: str  # compliance | refusal | partial_refusal
+    note: str  # the `trap` / `type` column, if any
+
+
+def load_labeled(path: Path) -> list[Example]:
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except OSError as exc:
+        raise LabeledError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise LabeledError(f"{path} is not UTF-8 text") from None
+    reader = csv.DictReader(text.splitlines(keepends=True))
+    fields = reader.fieldnames or []
+    response_col = next((c for c in RESPONSE_COLUMNS if c in fields), None)
+    label_col = next((c for c in LABEL_COLUMNS if c in fields), None)
+    missing = [name for name, col in (("prompt", "prompt" if "prompt" in fields else None),
+                                      ("response", response_col), ("label", label_col)) if col is None]
+    if missing:
+        raise LabeledError(f"{path} lacks column(s) {', '.join(missing)}; found {', '.join(fields) or 'none'}. "
+                           "Expected a CSV with prompt,response,label")
+    assert response_col and label_col
+    note_col = next((c for c in ("trap", "type", "note") if c in fields), None)
+    examples = []
+    for number, row in enumerate(reader, start=1):
+        raw = (row.get(label_col) or "").strip().lower()
+        if raw not in LABELS:
+            raise LabeledError(f"{path} row {number}: label {raw!r} is not one of {', '.join(sorted(LABELS))}")
+        examples.append(Example(number, row.get("prompt") or "", row.get(response_col) or "", LABELS[raw],
+                                (row.get(note_col) or "") if note_col else ""))
+    if not examples:
+        raise LabeledError(f"{path} has no labeled rows")
+    return examples
+
+
+def _rate(k: int, n: int) -> dict[str, Any]:
+    lo, hi = wilson(k, n)
+    return {"value": k / n if n else None, "ci95": [lo, hi], "k": k, "n": n}
+
+
+def evaluate(examples: list[Example], judgements: list[Judgement | str], judge_meta: dict[str, Any]) -> dict[str, Any]:
+    """Agreement figures. A judgement may be an error message (str): counted, excluded like unscored."""
+    confusion = {h: {c: 0 for c in COLUMNS} for h in HUMAN}
+    pairs: list[tuple[Example, Judgement]] = []
+    rows = []
+    for example, judgement in zip(examples, judgements):
+        verdict = judgement.verdict if isinstance(judgement, Judgement) else Verdict.ERROR
+        reason = judgement.reason if isinstance(judgement, Judgement) else judgement
+        confusion[example.label][verdict.value] += 1
+        if verdict.refused is not None:
+            assert isinstance(judgement, Judgement)
+            pairs.append((example, judgement))
+        human_refused = example.label != "compliance"
+        agree = None if verdict.refused is None else verdict.refused == human_refused
+        if not agree:
+            rows.append({"row": example.row, "note": example.note, "label": example.label, "verdict": verdict.value,
+                         "reason": reason, "prompt": example.prompt, "response": example.response})
+    n = len(pairs)
+    human_bin = ["refusal" if e.label != "compliance" else "answer" for e, _ in pairs]
+    judge_bin = ["refusal" if j.verdict.refused else "answer" for _, j in pairs]
+    human_3 = [HUMAN_CLASS[e.label].value for e, _ in pairs]
+    judge_3 = [j.verdict.value if j.verdict in CLASSES else Verdict.DIRECT_REFUSAL.value for _, j in pairs]
+    agree_bin = sum(1 for x, y in zip(human_bin, judge_bin) if x == y)
+    agree_3 = sum(1 for x, y in zip(human_3, judge_3) if x == y)
+    both = sum(1 for x, y in zip(human_bin, judge_bin) if x == y == "refusal")
+    judge_only = sum(1 for x, y in zip(human_bin, judge_bin) if y == "refusal" and x == "answer")
+    human_only = sum(1 for x, y in zip(human_bin, judge_bin) if x == "refusal" and y == "answer")
+    neither = n - both - judge_only - human_only
+    kappa: dict[str, Any] = {}
+    for name, (a, b) in {"binary": (human_bin, judge_bin), "three_class": (human_3, judge_3)}.items():
+        kappa[name] = {"value": cohen_kappa(a, b), "ci95": list(bootstrap_kappa_ci(a, b))} if n else None
+    per_note: dict[str, dict[str, int]] = {}
+    for example, judgement in pairs:
+        counts = per_note.setdefault(example.note or "-", {"n": 0, "agree": 0})
+        counts["n"] += 1
+        counts["agree"] += int(bool(judgement.verdict.refused) == (example.label != "compliance"))
+    return {
+        "schema": SCHEMA,
+        "judge": judge_meta,
+        "rows": len(examples),
+        "scored": n,
+        "unscored": sum(confusion[h][Verdict.UNSCORED.value] for h in HUMAN),
+        "errors": sum(confusion[h][Verdict.ERROR.value] for h in HUMAN),
+        "labels": {h: sum(1 for e in examples if e.label == h) for h in HUMAN},
+        "binary_agreement": _rate(agree_bin, n),
+        "three_class_agreement": _rate(agree_3, n),
+        "kappa": kappa,
+        "refusal_rate": {"judge": _rate(both + judge_only, n), "human": _rate(both + human_only, n)},
+        "bias": {"value": (judge_only - human_only) / n if n else None,
+                 "ci95": list(paired_diff_ci(both, judge_only, human_only, neither)),
+                 "judge_only_refusals": judge_only, "human_only_refusals": human_only},
+        "confusion": confusion,
+        "by_note": per_note,
+        "disagreements": rows,
+    }
+
+
+async def _judge_all(judge: Judge, examples: list[Example], make_stage: Callable[[], Any], concurrency: int) -> list[Judgement | str]:
+    from pytest_orbench.client import EndpointError
+
+    stage = make_stage()
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(example: Example) -> Judgement | str:
+        decided = judge.decide(example.prompt, example.response)
+        if decided is not None:
+            return decided
+        assert judge.llm is not None
+        async with gate:
+            try:
+                record, _ = await stage.judge(judge.llm.key(example.prompt, example.response), example.prompt, example.response)
+            except EndpointError as exc:
+                return str(exc)
+        return judge.llm.parse(str(record.get("text") or ""))
+
+    try:
+        return list(await asyncio.gather(*(one(e) for e in examples)))
+    finally:
+        await stage.aclose()
+
+
+def judge_examples(judge: Judge, examples: list[Example], make_stage: Callable[[], Any] | None = None,
+                   concurrency: int = 8) -> list[Judgement | str]:
+    """Each example's judgement (or the judge call's error); LLM calls concurrent and stored."""
+    if judge.llm is None:
+        results: list[Judgement | str] = []
+        for e in examples:
+            try:
+                decided = judge.decide(e.prompt, e.response)
+                assert decided is not None
+                results.append(decided)
+            except (TypeError, ValueError) as exc:  # a custom judge's bad return value
+                results.append(f"judge failed: {exc}")
+        return results
+    assert make_stage is not None
+    return asyncio.run(_judge_all(judge, examples, make_stage, concurrency))
+
+
+def _pct(figure: dict[str, Any]) -> str:
+    if figure["value"] is None:
+        return "n/a"
+    lo, hi = figure["ci95"]
+    return f"{100 * figure['value']:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]"
+
+
+def text_report(result: dict[str, Any], show: int = 20) -> list[str]:
+    from pytest_orbench.report import term_safe
+
+    j = result["judge"]
+    k = result["kappa"]
+    lines = [
+        f"judge {j['id']} v{j['version']}" + (f" ({j['model']})" if j.get("model") else "")
+        + f" on {result['rows']} labeled replies ({', '.join(f'{v} {n}' for n, v in result['labels'].items())})",
+        f"scored {result['scored']}, unscored {result['unscored']}, errors {result['errors']}",
+        f"binary agreement       {_pct(result['binary_agreement'])}   (partial refusal counts as refusal)",
+        f"3-class agreement      {_pct(result['three_class_agreement'])}",
+    ]
+    for name in ("binary", "three_class"):
+        if k[name] is not None:
+            lo, hi = k[name]["ci95"]
+            lines.append(f"Cohen's kappa {name:<9}{k[name]['value']:.3f} [{lo:.3f}, {hi:.3f}]")
+    bias = result["bias"]
+    if bias["value"] is not None:
+        lo, hi = bias["ci95"]
+        lines.append(
+            f"bias (judge - human refusal rate) {100 * bias['value']:+.1f} pp [{100 * lo:+.1f}, {100 * hi:+.1f}]  "
+            f"judge {_pct(result['refusal_rate']['judge'])}, human {_pct(result['refusal_rate']['human'])}"
+        )
+    lines.append("confusion (rows: human label; columns: judge verdict)")
+    used = [c for c in COLUMNS if any(result["confusion"][h][c] for h in HUMAN)] or COLUMNS[:3]
+    lines.append(" " * 16 + "".join(f"{c:>18}" for c in used))
+    for h in HUMAN:
+        lines.append(f"{h:<16}" + "".join(f"{result['confusion'][h][c]:>18}" for c in used))
+    if any(note != "-" for note in result["by_note"]):
+        weak = sorted(((v["agree"] / v["n"], note, v) for note, v in result["by_note"].items() if v["agree"] < v["n"]))
+        if weak:
+            lines.append("agreement by note (only notes with disagreements): " + ", ".join(
+                f"{term_safe(note, 40)} {v['agree']}/{v['n']}" for _, note, v in weak))
+    dis = result["disagreements"]
+    lines.append(f"disagreements: {len(dis)}" + (f" (first {show}; all in --json)" if len(dis) > show else ""))
+    for d in dis[:show]:
+        lines.append(f"  row {d['row']:>4} {d['label']:<15} judge {d['verdict']:<16} {term_safe(d['reason'], 70)}")
+        lines.append(f"       reply: {term_safe(d['response'], 110)}")
+    return lines

@@ -1,0 +1,67 @@
+"""LLM judge calls: made on the fetch loop right after the reply they judge, retried, and stored."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from pytest_orbench.client import EndpointError, call_with_retries
+from pytest_orbench.judge import Judge, Judgement, LLMProtocol
+from pytest_orbench.store import Store
+
+
+def reply_text(record: dict[str, Any]) -> str:
+    return str(record.get("text") or "")
+
+
+def judge_key(judge: Judge, prompt: str, record: dict[str, Any]) -> str | None:
+    """The store key of the LLM judge call this reply needs, or None when the judge decides alone."""
+    if judge.llm is None or judge.decide(prompt, reply_text(record), record.get("finish_reason")) is not None:
+        return None
+    return judge.llm.key(prompt, reply_text(record))
+
+
+def final_judgement(judge: Judge, prompt: str, record: dict[str, Any], judged: dict[str, Any] | None) -> Judgement:
+    """The verdict for a reply: the judge's own, or its parse of the stored LLM judge reply."""
+    judgement = judge.decide(prompt, reply_text(record), record.get("finish_reason"))
+    if judgement is not None:
+        return judgement
+    assert judge.llm is not None and judged is not None
+    return judge.llm.parse(str(judged.get("text") or ""))
+
+
+class JudgeStage:
+    """Runs the LLM part of a judge inside the fetch loop: store first, then the judge model."""
+
+    def __init__(self, llm: LLMProtocol, store: Store, make_caller: Callable[[], Any], retries: int) -> None:
+        self.llm = llm
+        self.store = store
+        self.make_caller = make_caller
+        self.retries = retries
+        self._caller: Any = None
+        self._fatal: str | None = None
+
+    async def judge(self, key: str, prompt: str, reply: str) -> tuple[dict[str, Any], bool]:
+        """(judge record, paid for now). Raises EndpointError when the judge call failed."""
+        stored = self.store.get(key)
+        if stored is not None:
+            return stored, False
+        if self._fatal is not None:
+            raise EndpointError(f"judge not asked: {self._fatal}", retryable=False)
+        if self._caller is None:
+            self._caller = self.make_caller()
+        try:
+            result, attempts, seconds = await call_with_retries(
+                self._caller.complete, self.llm.messages(prompt, reply), self.retries)
+        except EndpointError as exc:
+            if exc.fatal:
+                self._fatal = str(exc)
+            raise EndpointError(f"judge call failed: {exc}", retryable=False) from None
+        record = result.record()
+        record["seconds"] = round(seconds, 3)
+        record["attempts"] = attempts
+        self.store.put(key, record)
+        return record, True
+
+    async def aclose(self) -> None:
+        if self._caller is not None:
+            await self._caller.aclose()
