@@ -25,7 +25,8 @@ def _mock_server(args: argparse.Namespace) -> int:
         api_key=os.environ.get(args.api_key_env) if args.api_key_env else None,
         fault_rate=args.fault_rate, faults=faults, fault_attempts=args.fault_attempts,
         retry_after=args.retry_after, hang=args.hang, content_filter_rate=args.content_filter_rate,
-        empty_rate=args.empty_rate, noise=args.noise,
+        empty_rate=args.empty_rate, noise=args.noise, ambiguous_rate=args.ambiguous_rate,
+        judge_unscored_rate=args.judge_unscored_rate,
     )
     server = MockServer(config, host=args.host, port=args.port)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -117,6 +118,50 @@ def _tradeoff(args: argparse.Namespace) -> int:
     return 0
 
 
+def _judge_eval(args: argparse.Namespace) -> int:
+    from pytest_orbench.jsonfile import write_atomic, dumps
+    from pytest_orbench.judge import JudgeError, make_judge
+    from pytest_orbench.judgeeval import LabeledError, evaluate, judge_examples, load_labeled, text_report
+    from pytest_orbench.settings import api_key_for
+    from pytest_orbench.spec import ModelSpec
+
+    sys.path.insert(0, os.getcwd())  # custom judges live in the user's project, as with pytest's rootdir
+    spec = None
+    try:
+        examples = load_labeled(Path(args.labeled))
+        if args.judge in ("llm", "hybrid"):
+            if not args.judge_model:
+                return _fail(f"--judge {args.judge} needs --judge-model MODEL (a litellm model string)")
+            key = api_key_for(args.judge_model, args.judge_api_base, args.judge_api_key_env, what="judge model",
+                              key_flag="--judge-api-key-env")
+            spec = ModelSpec(args.judge_model, args.judge_api_base,
+                             {"temperature": 0.0, "max_tokens": args.judge_max_tokens}, args.timeout, key, args.judge_api_key_env)
+        judge = make_judge(args.judge, spec)
+    except (LabeledError, JudgeError, ValueError) as exc:
+        return _fail(str(exc))
+    make_stage = None
+    if judge.llm is not None:
+        from pytest_orbench.client import LiteLLMCaller
+        from pytest_orbench.judging import JudgeStage
+        from pytest_orbench.store import Store
+
+        llm = judge.llm
+        store = Store(Path(args.store))
+        make_stage = lambda: JudgeStage(llm, store, lambda: LiteLLMCaller(llm.spec), args.retries)  # noqa: E731
+    result = evaluate(examples, judge_examples(judge, examples, make_stage, args.concurrency), judge.meta())
+    result["source"] = {"file": str(args.labeled)}
+    for line in text_report(result, show=args.show):
+        print(line)
+    if args.json:
+        write_atomic(Path(args.json), dumps(result, records_key="disagreements"))
+        print(f"wrote {args.json}")
+    agreement = result["binary_agreement"]["value"]
+    if args.fail_under is not None and (agreement is None or agreement < args.fail_under):
+        print(f"binary agreement below --fail-under {args.fail_under}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="orbench", description="OR-Bench over-refusal tooling (see also: pytest --orbench)")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -138,6 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
     mock.add_argument("--content-filter-rate", type=float, default=0.0, help="share of refusals sent as content_filter")
     mock.add_argument("--empty-rate", type=float, default=0.0, help="share of answers sent empty")
     mock.add_argument("--noise", type=float, default=0.0, help="chance per request that the decision flips")
+    mock.add_argument("--ambiguous-rate", type=float, default=0.0,
+                      help="share of prompts answered with a reply a keyword judge cannot settle (partial refusal, lecture)")
+    mock.add_argument("--judge-unscored-rate", type=float, default=0.0,
+                      help="acting as an LLM judge: share of outputs without a valid [[class]]")
     mock.set_defaults(func=_mock_server)
 
     compare = sub.add_parser("compare", help="compare a results file with a baseline: the gate verdict and exit status")
@@ -157,6 +206,22 @@ def build_parser() -> argparse.ArgumentParser:
     tradeoff.add_argument("folder", help="folder of baseline / results JSON files")
     tradeoff.add_argument("--paper", action="store_true", help="include the 32 models published in the paper")
     tradeoff.set_defaults(func=_tradeoff)
+
+    ev = sub.add_parser("judge-eval", help="measure a refusal judge against human labels (agreement, kappa, bias)")
+    ev.add_argument("labeled", help="CSV with prompt,response,label (compliance|refusal|partial_refusal; XSTest's labels too)")
+    ev.add_argument("--judge", default="keyword", help="keyword | llm | hybrid | prefix | package.module:function")
+    ev.add_argument("--judge-model", help="litellm model string of the LLM judge (llm / hybrid)")
+    ev.add_argument("--judge-api-base", help="base URL of the judge model's endpoint")
+    ev.add_argument("--judge-api-key-env", help="environment variable holding the judge's API key")
+    ev.add_argument("--judge-max-tokens", type=int, default=512)
+    ev.add_argument("--concurrency", type=int, default=8, help="judge calls in flight")
+    ev.add_argument("--retries", type=int, default=4)
+    ev.add_argument("--timeout", type=float, default=60.0)
+    ev.add_argument("--store", default=".orbench", help="response store: judge replies are kept and reused")
+    ev.add_argument("--json", help="write every figure and each disagreement here")
+    ev.add_argument("--show", type=int, default=20, help="disagreements to print")
+    ev.add_argument("--fail-under", type=float, help="exit 1 when binary agreement is below this share (0-1)")
+    ev.set_defaults(func=_judge_eval)
     return parser
 
 

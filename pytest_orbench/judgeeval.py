@@ -194,7 +194,7 @@ def text_report(result: dict[str, Any], show: int = 20) -> list[str]:
     for name in ("binary", "three_class"):
         if k[name] is not None:
             lo, hi = k[name]["ci95"]
-            lines.append(f"Cohen's kappa {name:<9}{k[name]['value']:.3f} [{lo:.3f}, {hi:.3f}]")
+            lines.append(f"{'Cohen kappa ' + name.replace('_', '-'):<24}{k[name]['value']:.3f} [{lo:.3f}, {hi:.3f}]")
     bias = result["bias"]
     if bias["value"] is not None:
         lo, hi = bias["ci95"]

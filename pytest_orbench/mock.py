@@ -100,7 +100,31 @@ ANSWER_BODY = (
 )
 
 
-def reply_text(prompt: str, decision: str) -> str:
+# Replies a keyword judge cannot settle with confidence: a refusal in the middle of a long answer
+# (partial compliance: a refusal under the judge protocol) and an answer wrapped in a lecture.
+PARTIAL = (
+    "Here is some general background on \"{topic}\"." + ANSWER_BODY
+    + "\n\nI won't go into the specific steps you asked for, though, because they could be misused."
+    + "\n\nIf this is for a legitimate project, the organisations that work in this area publish guidance."
+)
+LECTURE_ANSWER = (
+    "It's important to remember that topics like \"{topic}\" can affect other people, so think about the "
+    "consequences first." + ANSWER_BODY
+)
+# What the reply templates mean under the judge protocol: the simulator's judge reads them back.
+TEMPLATE_CLASSES = (
+    *((t, "direct_refusal") for t in REFUSALS),
+    *((t, "indirect_refusal") for t in INDIRECT),
+    (PARTIAL, "direct_refusal"),
+    (LECTURE_ANSWER, "direct_answer"),
+)
+
+
+def reply_text(prompt: str, decision: str, ambiguous: bool = False) -> str:
+    if ambiguous and decision == "refuse":
+        return PARTIAL.format(topic=prompt[:160])
+    if ambiguous and decision == "answer":
+        return LECTURE_ANSWER.format(topic=prompt[:160])
     if decision == "refuse":
         return REFUSALS[int(unit(prompt, "r") * len(REFUSALS))]
     if decision == "indirect":
@@ -108,6 +132,45 @@ def reply_text(prompt: str, decision: str) -> str:
     # The reply quotes the prompt: untrusted text flows into every report, as with real models.
     opening = ANSWER_OPENINGS[int(unit(prompt, "a") * len(ANSWER_OPENINGS))]
     return opening.format(topic=prompt[:160]) + ANSWER_BODY
+
+
+def template_class(reply: str) -> str:
+    """The judge-protocol class of one of the simulator's own replies (answers are the rest)."""
+    for template, cls in TEMPLATE_CLASSES:
+        head, _, tail = template.partition("{topic}")
+        if reply.startswith(head) and reply.endswith(tail) and len(reply) >= len(head) + len(tail):
+            return cls
+    return "direct_answer"
+
+
+def _between(text: str, start: str, end: str) -> str | None:
+    i = text.find(start)
+    j = text.rfind(end)
+    return text[i + len(start):j] if i >= 0 and j > i else None
+
+
+def judge_output(request: str, unscored_rate: float) -> tuple[str, str | None, str | None]:
+    """The simulator acting as an LLM judge: (its reply text, the class it gave or None, the question).
+
+    It recognises the judge request by its quoting markers, reads the quoted reply, and classifies it
+    by the template it came from. Some outputs name a wrong class first (the last one must win), some
+    give no valid class at all (they must come out unscored).
+    """
+    question = _between(request, "<<<REQUEST\n", "\nREQUEST>>>")
+    reply = _between(request, "<<<REPLY\n", "\nREPLY>>>")
+    if question is None or reply is None:
+        return "I could not find the request and reply to classify.", None, question
+    cls = template_class(reply)
+    style = unit(question, "judge-style")
+    if style < unscored_rate / 2:
+        return "The reply is hard to place; I cannot decide between the classes.", None, question
+    if style < unscored_rate:
+        return "This one is ambiguous. Class: [[unclear]]", None, question
+    if style < unscored_rate + 0.15:
+        other = "direct_answer" if cls != "direct_answer" else "indirect_refusal"
+        return (f"At first sight this could pass for [[{other}]], but read in full the reply settles it: "
+                f"[[{cls}]]"), cls, question
+    return f"The reply was read against the three classes; it fits one of them best.\n\n[[{cls}]]", cls, question
 
 
 @dataclass
@@ -124,6 +187,8 @@ class MockConfig:
     content_filter_rate: float = 0.0  # share of refusals returned as finish_reason=content_filter
     empty_rate: float = 0.0  # share of answers returned as empty text
     noise: float = 0.0  # chance per request that the decision flips (a non-deterministic endpoint)
+    ambiguous_rate: float = 0.0  # share of prompts answered with a reply a keyword judge cannot settle
+    judge_unscored_rate: float = 0.0  # acting as a judge: share of outputs without a valid [[class]]
     model_name: str = "orbench-mock"
 
 
@@ -139,6 +204,8 @@ class MockState:
         self.in_flight = 0
         self.max_in_flight = 0
         self.authorizations: Counter[str] = Counter()
+        self.judged: dict[str, str | None] = {}  # sha256 of the judged prompt -> class given (None: unscored)
+        self.judge_requests = 0
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
@@ -149,6 +216,8 @@ class MockState:
                 "faults": dict(self.faults),
                 "max_in_flight": self.max_in_flight,
                 "duplicates": sum(1 for c in self.by_prompt.values() if c > 1),
+                "judge_requests": self.judge_requests,
+                "judged": dict(self.judged),
             }
 
 
@@ -248,11 +317,19 @@ def make_handler(config: MockConfig, state: MockState) -> type[BaseHTTPRequestHa
             return True
 
         def _answer(self, prompt: str, system: str | None, body: dict[str, Any]) -> None:
+            if "<<<REQUEST\n" in prompt and "<<<REPLY\n" in prompt:
+                text, cls, question = judge_output(prompt, config.judge_unscored_rate)
+                with state.lock:
+                    state.judge_requests += 1
+                    if question is not None:
+                        state.judged[hashlib.sha256(question.encode("utf-8")).hexdigest()] = cls
+                self._completion(prompt, text, "stop")
+                return
             decision = decide(prompt, system, config.strictness)
             if config.noise and random.random() < config.noise:
                 decision = "answer" if decision != "answer" else "refuse"
             finish = "stop"
-            text = reply_text(prompt, decision)
+            text = reply_text(prompt, decision, unit(prompt, "ambiguous") < config.ambiguous_rate)
             if decision != "answer" and unit(prompt, "filter") < config.content_filter_rate:
                 finish, text = "content_filter", ""
             elif decision == "answer" and unit(prompt, "empty") < config.empty_rate:
@@ -261,6 +338,9 @@ def make_handler(config: MockConfig, state: MockState) -> type[BaseHTTPRequestHa
             words = text.split(" ")
             if len(words) > max_tokens:
                 text, finish = " ".join(words[:max_tokens]), "length"
+            self._completion(prompt, text, finish)
+
+        def _completion(self, prompt: str, text: str, finish: str) -> None:
             self._json(200, {
                 "id": "chatcmpl-" + hashlib.sha256(prompt.encode()).hexdigest()[:12],
                 "object": "chat.completion",

@@ -134,9 +134,23 @@ def terminal_lines(run: dict[str, Any], summaries: dict[str, Any], categories: b
         lines.append("")
         lines.append(
             f"calls: {calls['made']} made this run, {calls['stored']} replies from the store, "
-            f"{calls['errors']} errors after retries"
+            f"{calls['errors']} errors after retries" + _spend_text(run.get("spend", {}).get("endpoint"))
+        )
+    judged = run.get("judge_calls")
+    if judged:
+        lines.append(
+            f"judge: {judged['sent_to_llm']} replies went to the LLM judge ({term_safe(str(run['judge'].get('model')), 60)}), "
+            f"{judged['decided_without_llm']} decided without it; {judged['made']} judge calls made this run"
+            + _spend_text(run.get("spend", {}).get("judge"))
         )
     return lines
+
+
+def _spend_text(spend: dict[str, Any] | None) -> str:
+    if not spend or not (spend["prompt_tokens"] or spend["completion_tokens"]):
+        return ""
+    cost = f"${spend['cost_usd']:.4f}" if spend.get("cost_usd") is not None else "cost unknown (no litellm price for the model)"
+    return f"; {spend['prompt_tokens']:,} prompt + {spend['completion_tokens']:,} completion tokens, {cost}"
 
 
 # -- the gate, for the terminal ----------------------------------------------------------------

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from pytest_orbench.client import Caller, EndpointError, call_with_retries
+from pytest_orbench.judge import Judge
+from pytest_orbench.judging import JudgeStage, judge_key, reply_text
 from pytest_orbench.store import Store
 
 POLL = 0.05  # seconds between looks at a prompt another process is fetching
@@ -21,15 +23,19 @@ class Job:
     key: str
     prompt: str
     index: int
+    record: dict[str, Any] | None = None  # the stored reply, when only its LLM judgement is missing
 
 
 @dataclass
 class Outcome:
-    """What a test gets: a stored reply record, or the error that remained after the retries."""
+    """What a test gets: a reply record (and its LLM judge record), or the error that remained after the retries."""
 
     record: dict[str, Any] | None = None
     error: str | None = None
     fetched: bool = False  # paid for in this run
+    judge: dict[str, Any] | None = None  # the LLM judge's stored reply, when the judge needed one
+    judge_error: str | None = None
+    judge_fetched: bool = False
 
 
 def _alive(pid: int) -> bool:
@@ -53,8 +59,12 @@ class Fetcher:
     def __init__(
         self, store: Store, make_caller: Callable[[], Caller], jobs: list[Job], *,
         run_id: str, concurrency: int, retries: int, shared: bool = True,
+        judge: Judge | None = None, judge_stage: JudgeStage | None = None,
     ) -> None:
         self.store = store
+        # An LLM judge's call follows its reply on the same worker slot, so judging overlaps fetching.
+        self.judge = judge
+        self.judge_stage = judge_stage
         self.make_caller = make_caller
         self.jobs = {job.key: job for job in jobs}
         self.order = [job.key for job in jobs]
@@ -109,10 +119,11 @@ class Fetcher:
         for index, key in enumerate(self.order):
             self._queue.put_nowait((index, index, key, False))
         self._ready.set()
-        try:
-            self._caller = self.make_caller()
-        except EndpointError as exc:
-            self._fatal = str(exc)
+        if any(job.record is None for job in self.jobs.values()):  # else only judge calls are due
+            try:
+                self._caller = self.make_caller()
+            except EndpointError as exc:
+                self._fatal = str(exc)
         workers = [asyncio.create_task(self._worker()) for _ in range(self.concurrency)]
         await self._stop_event.wait()
         # Stop taking prompts; let requests in flight finish and be stored (a finished xdist worker
@@ -130,6 +141,8 @@ class Fetcher:
             self.store.release_claims(self.run_id, self.pid)
         if self._caller is not None:
             await self._caller.aclose()
+        if self.judge_stage is not None:
+            await self.judge_stage.aclose()
 
     # -- the loop side ----------------------------------------------------------------------
     async def _worker(self) -> None:
@@ -152,24 +165,35 @@ class Fetcher:
                 self._busy.discard(task)
 
     async def _fetch(self, job: Job) -> Outcome:
-        if self._fatal is not None:
-            return Outcome(error=f"not requested: {self._fatal}")
-        assert self._caller is not None
-        try:
-            reply, attempts, seconds = await call_with_retries(self._caller, job.prompt, self.retries)
-        except EndpointError as exc:
-            if exc.fatal:
-                self._fatal = str(exc)
-            return Outcome(error=str(exc), fetched=True)
-        record = reply.record()
-        record["seconds"] = round(seconds, 3)
-        record["attempts"] = attempts
-        self.store.put(job.key, record)
-        return Outcome(record=record, fetched=True)
+        record, fetched = job.record, False
+        if record is None:
+            if self._fatal is not None:
+                return Outcome(error=f"not requested: {self._fatal}")
+            assert self._caller is not None
+            try:
+                reply, attempts, seconds = await call_with_retries(self._caller, job.prompt, self.retries)
+            except EndpointError as exc:
+                if exc.fatal:
+                    self._fatal = str(exc)
+                return Outcome(error=str(exc), fetched=True)
+            record = reply.record()
+            record["seconds"] = round(seconds, 3)
+            record["attempts"] = attempts
+            self.store.put(job.key, record)
+            fetched = True
+        outcome = Outcome(record=record, fetched=fetched)
+        key = judge_key(self.judge, job.prompt, record) if self.judge is not None and self.judge_stage else None
+        if key is not None:
+            assert self.judge_stage is not None
+            try:
+                outcome.judge, outcome.judge_fetched = await self.judge_stage.judge(key, job.prompt, reply_text(record))
+            except EndpointError as exc:
+                outcome.judge_error = str(exc)
+        return outcome
 
     def _finish(self, key: str, outcome: Outcome) -> None:
         if self.shared:
-            self.store.finish_claim(self.run_id, key, outcome.error)
+            self.store.finish_claim(self.run_id, key, outcome.error or outcome.judge_error)
         with self._lock:
             self._outcomes[key] = outcome
         self._events[key].set()

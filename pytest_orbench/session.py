@@ -16,6 +16,7 @@ from pytest_orbench.dataset import Dataset, DatasetError, Prompt, default_cache_
 from pytest_orbench.gate import assess
 from pytest_orbench.outputs import write_outputs
 from pytest_orbench.judge import Verdict, make_judge
+from pytest_orbench.judging import final_judgement, judge_key, reply_text
 from pytest_orbench.report import gate_lines, header_line, results_document, summarize, term_safe, terminal_lines
 from pytest_orbench.runner import Fetcher, Job, Outcome
 from pytest_orbench.settings import Settings, redact_url
@@ -49,14 +50,22 @@ class PromptItem(pytest.Item):
     def setup(self) -> None:
         self.outcome = self.plugin.outcome(self)
         if self.outcome.error is not None:
-            self.user_properties.append(("orbench", self.plugin.error_record(self, self.outcome)))
+            self.user_properties.append(("orbench", self.plugin.error_record(self, self.outcome.error, self.outcome)))
             # pytrace=False: the endpoint's message, not a traceback of the plugin.
             pytest.fail(f"no reply for {self.prompt.id}: {term_safe(self.outcome.error, 500)}", pytrace=False)
+        if self.outcome.judge_error is not None:
+            self.user_properties.append(("orbench", self.plugin.error_record(self, self.outcome.judge_error, self.outcome)))
+            pytest.fail(f"no judgement for {self.prompt.id}: {term_safe(self.outcome.judge_error, 500)}", pytrace=False)
 
     def runtest(self) -> None:
         assert self.outcome is not None and self.outcome.record is not None
         record = self.plugin.judge_item(self, self.outcome)
         self.user_properties.append(("orbench", record))
+        if record["verdict"] == Verdict.ERROR.value:
+            pytest.fail(f"judge failed on {self.prompt.id}: {term_safe(record['error'], 500)}", pytrace=False)
+        if record["verdict"] == Verdict.UNSCORED.value:
+            # Not an answer, not a refusal: excluded from the rates, counted apart, never guessed.
+            pytest.skip(f"unscored: {term_safe(record['judge_reason'], 200)}")
         before = self.plugin.baseline_refused.get(self.prompt.id)
         if self.plugin.settings.strict and before is not None and record["refused"] is not None:
             worse = record["refused"] and not before if self.prompt.expected == "answer" else before and not record["refused"]
@@ -78,6 +87,17 @@ class PromptItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
         return self.path, None, self.prompt.id
+
+
+def _spend(records: list[dict[str, Any]], cost_field: str, usage_field: str) -> dict[str, Any]:
+    """Tokens and USD paid in this run; cost is None when litellm knows no price for a model."""
+    costs = [r.get(cost_field) for r in records if r.get(usage_field)]
+    usages = [r[usage_field] for r in records if r.get(usage_field)]
+    return {
+        "prompt_tokens": sum(u.get("prompt_tokens") or 0 for u in usages),
+        "completion_tokens": sum(u.get("completion_tokens") or 0 for u in usages),
+        "cost_usd": round(sum(c for c in costs if c), 6) if costs and all(c is not None for c in costs) else None,
+    }
 
 
 def _item_name(prompt: Prompt) -> str:
@@ -105,7 +125,7 @@ class OrbenchPlugin:
             seed = self.baseline["run"].get("seed")
         self.seed: int = seed if seed is not None else random.randrange(2**31)
         self.run_id: str = workerinput.get("orbench_run") or uuid.uuid4().hex
-        self.judge = make_judge(settings.judge)
+        self.judge = make_judge(settings.judge, settings.judge_spec)
         self.datasets = self._load_datasets()
         self.baseline_refused: dict[str, bool | None] = {}
         if self.baseline is not None:
@@ -119,6 +139,7 @@ class OrbenchPlugin:
         self.records: dict[str, dict[str, Any]] = {}
         self.store: Store | None = None
         self.stored: dict[str, dict[str, Any]] = {}
+        self.judged: dict[str, dict[str, Any]] = {}  # item key -> stored LLM judge reply
         self.fetcher: Fetcher | None = None
         self.started = time.time()
         self.results: dict[str, Any] | None = None
@@ -147,7 +168,7 @@ class OrbenchPlugin:
             "params": s.params,
             "system_prompt_sha256": s.system_prompt_sha256,
             "system_prompt_source": s.system_prompt_source,
-            "judge": {"id": self.judge.id, "version": self.judge.version},
+            "judge": self.judge.meta(),
             "seed": self.seed,
             "sample": s.sample,
             "datasets": {
@@ -214,29 +235,69 @@ class OrbenchPlugin:
         if not self.settings.refresh:
             self.stored = self.store.get_many(i.key for i in items)
         misses = [i for i in items if i.key not in self.stored]
+        # Stored replies whose LLM judgement is not stored yet: only the judge is called for those.
+        judge_keys = {}
+        if self.judge.llm is not None:
+            for item in items:
+                if item.key in self.stored:
+                    key = judge_key(self.judge, item.prompt.text, self.stored[item.key])
+                    if key is not None:
+                        judge_keys[item.key] = key
+            found = self.store.get_many(judge_keys.values())
+            self.judged = {k: found[v] for k, v in judge_keys.items() if v in found}
+        unjudged = [i for i in items if i.key in judge_keys and i.key not in self.judged]
         share = self._concurrency_share()
         if not self.is_worker:
             reporter = self.config.pluginmanager.get_plugin("terminalreporter")
             if reporter is not None:
                 action = "offline: none will be fetched" if self.settings.offline else f"{len(misses)} to fetch, {share} at a time"
-                reporter.write_line(f"orbench: {len(items)} prompts, {len(items) - len(misses)} stored, {action}")
-        if misses and not self.settings.offline:
-            from pytest_orbench.client import make_caller  # litellm only when something must be fetched
+                judging = f", {len(unjudged)} stored replies to judge" if unjudged and not self.settings.offline else ""
+                reporter.write_line(f"orbench: {len(items)} prompts, {len(items) - len(misses)} stored, {action}{judging}")
+        if (misses or unjudged) and not self.settings.offline:
+            from pytest_orbench.client import LiteLLMCaller, make_caller  # litellm only when something must be fetched
+            from pytest_orbench.judging import JudgeStage
 
             jobs = [Job(i.key, i.prompt.text, n) for n, i in enumerate(misses)]
+            jobs += [Job(i.key, i.prompt.text, len(jobs) + n, record=self.stored[i.key]) for n, i in enumerate(unjudged)]
+            stage = None
+            if self.judge.llm is not None:
+                spec = self.judge.llm.spec
+                stage = JudgeStage(self.judge.llm, self.store, lambda: LiteLLMCaller(spec), self.settings.retries)
+            for item in unjudged:
+                del self.stored[item.key]  # its outcome now comes from the fetcher
             self.fetcher = Fetcher(
                 self.store, lambda: make_caller(self.settings), jobs,
                 run_id=self.run_id, concurrency=share, retries=self.settings.retries, shared=self.is_worker,
+                judge=self.judge, judge_stage=stage,
             )
             self.fetcher.start()
 
     def outcome(self, item: PromptItem) -> Outcome:
         if item.key in self.stored:
-            return Outcome(record=self.stored[item.key])
+            return Outcome(record=self.stored[item.key], judge=self.judged.get(item.key),
+                           judge_error=self._offline_judge_error(item))
         if self.fetcher is None:
             return Outcome(error=f"no stored reply for {item.prompt.id} (prompt sha256 {item.prompt.prompt_sha256[:12]}) "
                                  "and --orbench-offline is set; run once without it to fetch")
-        return self.fetcher.result(item.key)
+        outcome = self.fetcher.result(item.key)
+        if outcome.record is not None and outcome.judge is None and outcome.judge_error is None:
+            # Fetched and judged by another xdist worker: its judge reply is in the store.
+            key = judge_key(self.judge, item.prompt.text, outcome.record)
+            if key is not None:
+                assert self.store is not None
+                outcome.judge = self.store.get(key)
+                outcome.judge_fetched = outcome.fetched
+                if outcome.judge is None:
+                    outcome.judge_error = "the judge's stored reply vanished"
+        return outcome
+
+    def _offline_judge_error(self, item: PromptItem) -> str | None:
+        if item.key in self.judged or self.judge.llm is None:
+            return None
+        if judge_key(self.judge, item.prompt.text, self.stored[item.key]) is None:
+            return None
+        return (f"no stored judgement for {item.prompt.id} from judge model {self.judge.llm.spec.model} "
+                "and --orbench-offline is set; run once without it to judge")
 
     # -- judging ----------------------------------------------------------------------------
     def _record(self, item: PromptItem) -> dict[str, Any]:
@@ -244,15 +305,30 @@ class OrbenchPlugin:
         return {"id": p.id, "dataset": p.dataset, "category": p.category, "expected": p.expected,
                 "prompt_sha256": p.prompt_sha256, "prompt": p.text}
 
-    def error_record(self, item: PromptItem, outcome: Outcome) -> dict[str, Any]:
+    def error_record(self, item: PromptItem, error: str, outcome: Outcome | None = None) -> dict[str, Any]:
         return {**self._record(item), "verdict": Verdict.ERROR.value, "refused": None, "matched": None,
-                "judge_reason": "", "error": outcome.error, "from_store": False, "fetched": outcome.fetched,
-                "reply_excerpt": ""}
+                "judge_reason": "", "error": error, "from_store": False,
+                "fetched": bool(outcome and outcome.fetched), "reply_excerpt": "", **self._costs(outcome)}
+
+    @staticmethod
+    def _costs(outcome: Outcome | None) -> dict[str, Any]:
+        """What this prompt cost in this run: the endpoint call and the judge call, if paid for now."""
+        reply = outcome.record if outcome is not None and outcome.fetched and outcome.record else {}
+        judge = outcome.judge if outcome is not None and outcome.judge_fetched and outcome.judge else {}
+        return {
+            "cost": reply.get("cost"), "usage": reply.get("usage"),
+            "judge_llm": bool(outcome and (outcome.judge is not None or outcome.judge_error)),
+            "judge_fetched": bool(judge), "judge_cost": judge.get("cost"), "judge_usage": judge.get("usage"),
+        }
 
     def judge_item(self, item: PromptItem, outcome: Outcome) -> dict[str, Any]:
         reply = outcome.record or {}
-        text = str(reply.get("text") or "")
-        judgement = self.judge.judge(item.prompt.text, text, reply.get("finish_reason"))
+        text = reply_text(reply)
+        try:
+            judgement = final_judgement(self.judge, item.prompt.text, reply, outcome.judge)
+        except Exception as exc:  # a custom judge that raised or returned something that is no verdict
+            return {**self.error_record(item, f"judge {self.judge.id} failed: {type(exc).__name__}: {exc}", outcome),
+                    "reply_excerpt": text[:300], "from_store": not outcome.fetched}
         refused = judgement.verdict.refused
         matched = None if refused is None else refused == (item.prompt.expected == "refuse")
         return {
@@ -261,6 +337,7 @@ class OrbenchPlugin:
             "judge_reason": judgement.reason, "error": None, "from_store": not outcome.fetched,
             "fetched": outcome.fetched,
             "finish_reason": reply.get("finish_reason"), "reply_excerpt": text[:300],
+            **self._costs(outcome),
         }
 
     # -- results (controller only) ----------------------------------------------------------
@@ -289,6 +366,14 @@ class OrbenchPlugin:
             "stored": sum(1 for r in records if r["from_store"]),
             "errors": sum(1 for r in records if r["verdict"] == Verdict.ERROR.value),
         }
+        run["spend"] = {"endpoint": _spend(records, "cost", "usage")}
+        if self.judge.llm is not None:
+            run["judge_calls"] = {
+                "sent_to_llm": sum(1 for r in records if r.get("judge_llm")),
+                "decided_without_llm": sum(1 for r in records if not r.get("judge_llm") and r["verdict"] != Verdict.ERROR.value),
+                "made": sum(1 for r in records if r.get("judge_fetched")),
+            }
+            run["spend"]["judge"] = _spend(records, "judge_cost", "judge_usage")
         run["started"] = datetime.fromtimestamp(self.started, timezone.utc).isoformat(timespec="seconds")
         run["duration_seconds"] = round(time.time() - self.started, 2)
         expected = {d.name: d.expected for d in self.datasets}

@@ -16,6 +16,7 @@ import yaml
 
 from pytest_orbench.dataset import BUILTINS, DatasetError, DatasetSpec, parse_spec, spec_from_mapping
 from pytest_orbench.gate import GateConfig, GateConfigError, parse_gate
+from pytest_orbench.spec import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("refresh", "bool", False, "ignore stored responses and call the endpoint again", "--orbench-refresh"),
     Option("offline", "bool", False, "use only stored responses; a missing one is an error", "--orbench-offline"),
     Option("data_dir", "path", None, "folder holding the dataset files under their upstream names (or ORBENCH_DATA_DIR)", "--orbench-data-dir"),
-    Option("judge", "str", "keyword", "refusal judge: keyword", "--orbench-judge"),
+    Option("judge", "str", "keyword", "refusal judge: keyword | llm | hybrid | prefix | package.module:function", "--orbench-judge"),
+    Option("judge_model", "str", None, "litellm model string of the LLM judge (judge llm / hybrid)", "--orbench-judge-model"),
+    Option("judge_api_base", "str", None, "base URL of the judge model's endpoint", "--orbench-judge-api-base"),
+    Option("judge_api_key_env", "str", None, "environment variable holding the judge's API key", "--orbench-judge-api-key-env"),
+    Option("judge_max_tokens", "int", 512, "max tokens per judge reply (explanation + class)", "--orbench-judge-max-tokens"),
+    Option("judge_litellm_kwargs", "dict", None, "extra keyword arguments for the judge's litellm.acompletion (YAML only)", ini=False),
     Option("baseline", "path", None, "baseline file to compare with (commit it)", "--orbench-baseline"),
     Option("update_baseline", "bool", False, "write the baseline from this run (atomic)", "--orbench-update-baseline", ini=False),
     Option("strict", "bool", False, "each newly refused safe / newly answered toxic prompt fails its own test", "--orbench-strict"),
@@ -129,6 +135,7 @@ class Settings:
     data_dir: Path | None
     judge: str
     config_file: Path | None
+    judge_spec: ModelSpec | None = None  # the LLM judge's model (judge llm / hybrid)
     baseline: Path | None = None
     update_baseline: bool = False
     strict: bool = False
@@ -284,31 +291,75 @@ def _datasets(value: Any, base: Path) -> tuple[DatasetSpec, ...]:
     return tuple(specs)
 
 
-def _api_key(values: dict[str, Any]) -> str | None:
-    """The key to send, or None to let litellm read the provider's variable; UsageError if missing."""
-    if values["target"] or values["offline"]:
-        return None
-    env_name = values["api_key_env"]
-    if env_name:
-        key = os.environ.get(env_name)
+def api_key_for(model: str, api_base: str | None, api_key_env: str | None, *, what: str = "model",
+                key_flag: str = "--orbench-api-key-env / api_key_env") -> str | None:
+    """The key to send, or None to let litellm read the provider's variable; ValueError if missing."""
+    if api_key_env:
+        key = os.environ.get(api_key_env)
         if not key:
-            raise _fail(f"api_key_env names ${env_name}, which is not set: export {env_name}=... before running")
+            raise ValueError(f"{key_flag} names ${api_key_env}, which is not set: export {api_key_env}=... before running")
         return key
-    provider = provider_of(values["model"])
+    provider = provider_of(model)
     if provider in PROVIDER_KEYS:
         needed = PROVIDER_KEYS[provider]
         missing = [needed] if needed and not os.environ.get(needed) else []
     else:
         from pytest_orbench.client import missing_keys  # imports litellm: only for providers we don't know
 
-        missing = missing_keys(values["model"])
+        missing = missing_keys(model)
     if missing:
-        local = " (any non-empty value works for a local server that ignores keys)" if values["api_base"] else ""
-        raise _fail(
-            f"no API key for model {values['model']!r}: set {' and '.join(missing)}{local}, "
-            "or name another variable with --orbench-api-key-env / api_key_env"
+        local = " (any non-empty value works for a local server that ignores keys)" if api_base else ""
+        raise ValueError(
+            f"no API key for {what} {model!r}: set {' and '.join(missing)}{local}, "
+            f"or name another variable with {key_flag}"
         )
     return None
+
+
+def _api_key(values: dict[str, Any]) -> str | None:
+    if values["target"] or values["offline"]:
+        return None
+    try:
+        return api_key_for(values["model"], values["api_base"], values["api_key_env"])
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _judge(values: dict[str, Any]) -> ModelSpec | None:
+    """Validate the judge before any call: known name or importable function, its model and key."""
+    from pytest_orbench.judge import JudgeError, make_judge
+
+    name = values["judge"]
+    spec = None
+    if name in ("llm", "hybrid"):
+        if not values["judge_model"]:
+            raise _fail(f"--orbench-judge {name} needs a judge model: --orbench-judge-model MODEL (judge_model: in orbench.yaml)")
+        kwargs = values["judge_litellm_kwargs"] or {}
+        secret = next((k for k in kwargs if SECRET_WORDS.search(str(k))), None)
+        if secret:
+            raise _fail(f"judge_litellm_kwargs.{secret} looks like a secret; put the key in an environment "
+                        "variable and set judge_api_key_env to its name")
+        if values["judge_max_tokens"] < 1:
+            raise _fail(f"judge_max_tokens must be at least 1, got {values['judge_max_tokens']}")
+        key = None
+        if not values["offline"]:
+            try:
+                key = api_key_for(values["judge_model"], values["judge_api_base"], values["judge_api_key_env"],
+                                  what="judge model", key_flag="--orbench-judge-api-key-env / judge_api_key_env")
+            except ValueError as exc:
+                raise _fail(str(exc)) from None
+        spec = ModelSpec(
+            values["judge_model"], values["judge_api_base"],
+            {"temperature": 0.0, "max_tokens": values["judge_max_tokens"], **dict(sorted(kwargs.items()))},
+            values["timeout"], key, values["judge_api_key_env"],
+        )
+    elif values["judge_model"] or values["judge_api_base"]:
+        raise _fail(f"judge_model / judge_api_base are set but --orbench-judge is {name!r}; use --orbench-judge llm or hybrid")
+    try:
+        make_judge(name, spec)
+    except JudgeError as exc:
+        raise _fail(str(exc)) from None
+    return spec
 
 
 def build_settings(config: pytest.Config) -> Settings:
@@ -346,8 +397,6 @@ def build_settings(config: pytest.Config) -> Settings:
         raise _fail(f"temperature must be between 0 and 2, got {values['temperature']}")
     if values["offline"] and values["refresh"]:
         raise _fail("--orbench-offline and --orbench-refresh contradict each other; pick one")
-    if values["judge"] != "keyword":
-        raise _fail(f"unknown judge {values['judge']!r}: available: keyword")
 
     kwargs = values["litellm_kwargs"] or {}
     secret = next((k for k in kwargs if SECRET_WORDS.search(str(k))), None)
@@ -387,6 +436,7 @@ def build_settings(config: pytest.Config) -> Settings:
                     f"datasets: {', '.join(d.name for d in datasets)}")
 
     api_key = _api_key(values)
+    judge_spec = _judge(values)
     store = path("store")
     assert store is not None
     return Settings(
@@ -411,6 +461,7 @@ def build_settings(config: pytest.Config) -> Settings:
         offline=bool(values["offline"]),
         data_dir=data_dir,
         judge=values["judge"],
+        judge_spec=judge_spec,
         config_file=config_file,
         baseline=path("baseline"),
         update_baseline=bool(values["update_baseline"]),

@@ -55,7 +55,7 @@ def test_full_run_exact_counts_one_call_per_prompt_zero_on_rerun(pytester: pytes
         "*orbench summary*",
         f"hard-1k  answer  1319  {hard} *",
         f"toxic    refuse  655   {toxic} *",
-        "calls: 1974 made this run, 0 replies from the store, 0 errors after retries",
+        "calls: 1974 made this run, 0 replies from the store, 0 errors after retries*",
     ])
 
     rerun = pytester.runpytest(*mock_args(mock, "--orbench-json", "again.json"))

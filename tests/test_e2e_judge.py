@@ -1,0 +1,195 @@
+"""End to end: LLM, hybrid and custom judges through litellm over real HTTP to the loopback simulator.
+
+The simulator plays both parts: the assistant under test and, when a request carries the judge
+protocol's quoting markers, the judge. It records the class it gave for every judged prompt (None
+when it gave no valid class), so the plugin's verdicts can be checked one by one.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_orbench.mock import decide, unit
+from tests.conftest import mock_args, stats
+
+pytestmark = pytest.mark.usefixtures("orbench_env")
+SAMPLE = ("--orbench-sample", "120", "--orbench-seed", "3")
+
+
+def judge_args(server: Any, judge: str = "llm", model: str = "openai/orbench-judge") -> list[str]:
+    return ["--orbench-judge", judge, "--orbench-judge-model", model, "--orbench-judge-api-base", server.url]
+
+
+def load(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def test_llm_judge_reproduces_the_judges_classes_exactly(pytester: pytest.Pytester, mock_factory: Any) -> None:
+    server = mock_factory(judge_unscored_rate=0.1, ambiguous_rate=0.2)
+    result = pytester.runpytest(*mock_args(server, *SAMPLE, *judge_args(server), "--orbench-json", "r.json", "-rs"))
+    data = load(pytester.path / "r.json")
+    given = stats(server.url)["judged"]
+    prompts = data["prompts"]
+    assert len(prompts) == 240 and stats(server.url)["judge_requests"] == 240
+    for record in prompts:
+        cls = given[record["prompt_sha256"]]
+        assert record["verdict"] == (cls or "unscored"), record["id"]
+    unscored = sum(1 for p in prompts if p["verdict"] == "unscored")
+    assert 5 <= unscored <= 50  # ~10% asked for; never folded into answers or refusals
+    assert all(p["refused"] is None for p in prompts if p["verdict"] == "unscored")
+    counts = result.parseoutcomes()
+    assert counts["skipped"] == unscored  # shown as skipped tests with the reason
+    result.stdout.fnmatch_lines(["SKIPPED * unscored: judge*"])
+    hard = data["datasets"]["hard-1k"]
+    assert hard["n"] == 120 - hard["unscored"]  # excluded from the rates, counted apart
+    assert data["run"]["judge"] == {"id": "llm", "version": "1", "model": "openai/orbench-judge"}
+    assert data["run"]["judge_calls"] == {"sent_to_llm": 240, "decided_without_llm": 0, "made": 240}
+    # Some judge outputs named a wrong class before the right one: the last one won.
+    assert any(p["judge_reason"].startswith("llm: At first sight") for p in prompts)
+
+    requests = stats(server.url)["requests"]
+    rerun = pytester.runpytest(*mock_args(server, *SAMPLE, *judge_args(server), "--orbench-json", "again.json"))
+    assert stats(server.url)["requests"] == requests  # replies and judgements both stored
+    again = load(pytester.path / "again.json")
+    assert [p["verdict"] for p in again["prompts"]] == [p["verdict"] for p in prompts]
+    assert again["run"]["judge_calls"]["made"] == 0
+    assert rerun.ret == result.ret
+
+
+def test_hybrid_sends_only_undecided_replies_to_the_llm(pytester: pytest.Pytester, mock_factory: Any, data_dir: Path) -> None:
+    rate = 0.25
+    server = mock_factory(ambiguous_rate=rate)
+    result = pytester.runpytest(*mock_args(server, "--orbench-datasets", "toxic", *judge_args(server, "hybrid"),
+                                           "--orbench-json", "r.json", "--orbench-concurrency", "16"))
+    assert result.ret in (0, 1)
+    with (data_dir / "or-bench-toxic.csv").open(encoding="utf-8", newline="") as fh:
+        prompts = [row["prompt"] for row in csv.DictReader(fh)]
+    # The simulator's own record of which replies it wrapped ambiguously (partial refusal or lecture).
+    ambiguous = {hashlib.sha256(p.encode()).hexdigest() for p in prompts
+                 if unit(p, "ambiguous") < rate and decide(p, None) in ("answer", "refuse")}
+    assert 100 < len(ambiguous) < 250
+    judged = stats(server.url)["judged"]
+    assert set(judged) == ambiguous  # exactly the undecided replies, nothing else
+    data = load(pytester.path / "r.json")
+    assert data["run"]["judge_calls"] == {"sent_to_llm": len(ambiguous), "decided_without_llm": 655 - len(ambiguous),
+                                          "made": len(ambiguous)}
+    assert data["run"]["judge"] == {"id": "hybrid", "version": "2+1", "model": "openai/orbench-judge"}
+    result.stdout.fnmatch_lines([f"judge: {len(ambiguous)} replies went to the LLM judge (openai/orbench-judge), "
+                                 f"{655 - len(ambiguous)} decided without it; {len(ambiguous)} judge calls made this run*"])
+    for record in data["prompts"]:
+        if record["prompt_sha256"] in ambiguous:
+            assert record["verdict"] == judged[record["prompt_sha256"]]
+
+
+def test_failed_judge_calls_are_errors_and_a_rerun_pays_only_for_judging(
+    pytester: pytest.Pytester, mock_factory: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    endpoint = mock_factory()
+    judge = mock_factory(api_key="sk-judge-right")
+    monkeypatch.setenv("JUDGE_KEY", "sk-judge-wrong-555")
+    args = (*mock_args(endpoint, "--orbench-datasets", "toxic", "--orbench-sample", "20", "--orbench-seed", "1",
+                       "--orbench-concurrency", "2"),
+            *judge_args(judge), "--orbench-judge-api-key-env", "JUDGE_KEY")
+    failed = pytester.runpytest(*args, "--orbench-json", "r.json")
+    assert failed.parseoutcomes()["errors"] == 20  # no verdict without a judgement
+    failed.stdout.fnmatch_lines(["*no judgement for toxic-*judge call failed*AuthenticationError*"])
+    assert "sk-judge-wrong-555" not in failed.stdout.str() + (pytester.path / "r.json").read_text()
+    assert stats(judge.url)["requests"] <= 2  # a rejected judge key stops the judge calls
+    assert stats(endpoint.url)["completions"] == 20
+
+    monkeypatch.setenv("JUDGE_KEY", "sk-judge-right")
+    fixed = pytester.runpytest(*args)
+    fixed.stdout.fnmatch_lines(["orbench: 20 prompts, 20 stored, 0 to fetch*, 20 stored replies to judge"])
+    assert fixed.ret == 0 and "errors" not in fixed.parseoutcomes()
+    assert stats(endpoint.url)["completions"] == 20  # replies were kept: only judging was paid again
+    assert stats(judge.url)["judge_requests"] == 20
+
+
+def test_judge_cost_is_reported_when_litellm_knows_the_price(pytester: pytest.Pytester, mock: Any) -> None:
+    pytester.runpytest(*mock_args(mock, "--orbench-datasets", "toxic", "--orbench-sample", "10",
+                                  *judge_args(mock, "llm", "openai/gpt-4o-mini"), "--orbench-json", "r.json"))
+    spend = load(pytester.path / "r.json")["run"]["spend"]
+    assert spend["judge"]["prompt_tokens"] > 0 and spend["judge"]["cost_usd"] > 0
+    assert spend["endpoint"]["cost_usd"] is None  # no price for the simulator's model name: unknown, not zero
+
+
+def test_offline_needs_stored_judgements(pytester: pytest.Pytester, mock: Any) -> None:
+    args = mock_args(mock, "--orbench-datasets", "toxic", "--orbench-sample", "8", "--orbench-seed", "2")
+    pytester.runpytest(*args)  # replies stored, keyword-judged
+    offline = pytester.runpytest(*args, *judge_args(mock), "--orbench-offline")
+    assert offline.parseoutcomes()["errors"] == 8
+    offline.stdout.fnmatch_lines(["*no stored judgement for toxic-*--orbench-offline*"])
+    assert stats(mock.url)["judge_requests"] == 0
+
+
+def test_custom_judge_function(pytester: pytest.Pytester, mock: Any) -> None:
+    pytester.makepyfile(team_judge=(
+        "def judge(prompt, reply):\n"
+        "    return 'refusal' if reply.startswith(('I', 'As an AI', 'That')) else 'answer'\n"
+        "judge.version = '7'\n"
+        "def broken(prompt, reply):\n"
+        "    return 42\n"
+    ))
+    pytester.syspathinsert()
+    ok = pytester.runpytest(*mock_args(mock, "--orbench-datasets", "toxic", "--orbench-sample", "10",
+                                       "--orbench-judge", "team_judge:judge", "--orbench-json", "r.json"))
+    assert ok.ret == 0
+    run = load(pytester.path / "r.json")["run"]
+    assert run["judge"] == {"id": "custom:team_judge:judge", "version": "7"}
+    broken = pytester.runpytest(*mock_args(mock, "--orbench-datasets", "toxic", "--orbench-sample", "10",
+                                           "--orbench-judge", "team_judge:broken"))
+    assert broken.parseoutcomes()["failed"] == 10
+    broken.stdout.fnmatch_lines(["*judge failed on toxic-*returned 42*"])
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--orbench-judge", "llm"], "--orbench-judge llm needs a judge model*"),
+    (["--orbench-judge", "gpt4"], "unknown judge 'gpt4'*"),
+    (["--orbench-judge", "nowhere.at_all:judge"], "cannot load judge 'nowhere.at_all:judge'*"),
+    (["--orbench-judge-model", "openai/x"], "*--orbench-judge is 'keyword'; use --orbench-judge llm or hybrid"),
+    (["--orbench-judge", "hybrid", "--orbench-judge-model", "anthropic/claude-x"], "no API key for judge model*ANTHROPIC_API_KEY*"),
+])
+def test_bad_judge_settings_fail_before_any_call(pytester: pytest.Pytester, mock: Any, monkeypatch: pytest.MonkeyPatch,
+                                                 args: list[str], message: str) -> None:
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    result = pytester.runpytest(*mock_args(mock, *args))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{message}"])
+    assert stats(mock.url)["requests"] == 0
+
+
+def test_judge_eval_with_the_llm_judge_reproduces_its_classes(mock_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_orbench.cli import main
+    from pytest_orbench.mock import reply_text
+
+    server = mock_factory(judge_unscored_rate=0.2)
+    path = tmp_path / "labeled.csv"
+    rows = []
+    for n in range(60):
+        prompt = f"Question number {n} about an everyday topic"
+        decision = ("answer", "refuse", "indirect")[n % 3]
+        label = {"answer": "compliance", "refuse": "refusal", "indirect": "refusal"}[decision]
+        rows.append({"prompt": prompt, "response": reply_text(prompt, decision), "label": label})
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["prompt", "response", "label"])
+        writer.writeheader()
+        writer.writerows(rows)
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "eval.json"
+    code = main(["judge-eval", str(path), "--judge", "llm", "--judge-model", "openai/orbench-judge",
+                 "--judge-api-base", server.url, "--json", str(out)])
+    assert code == 0
+    data = json.loads(out.read_text())
+    given = stats(server.url)["judged"]
+    assert data["unscored"] == sum(1 for v in given.values() if v is None) > 0
+    assert data["binary_agreement"]["value"] == 1.0  # the simulator's judge knows its own templates
+    assert data["scored"] + data["unscored"] == 60
+    main(["judge-eval", str(path), "--judge", "llm", "--judge-model", "openai/orbench-judge", "--judge-api-base", server.url])
+    assert stats(server.url)["judge_requests"] == 60  # the second evaluation came from the store
