@@ -78,11 +78,13 @@ def check_comparable(baseline: dict[str, Any], run: dict[str, Any], prompt_hashe
     """
     problems: list[str] = []
     old_judge, new_judge = baseline["run"].get("judge") or {}, run.get("judge") or {}
-    if (old_judge.get("id"), old_judge.get("version")) != (new_judge.get("id"), new_judge.get("version")):
-        problems.append(
-            f"judge: baseline {old_judge.get('id')} v{old_judge.get('version')}, "
-            f"this run {new_judge.get('id')} v{new_judge.get('version')}"
-        )
+    def judge_name(judge: dict[str, Any]) -> str:
+        model = f" ({judge['model']})" if judge.get("model") else ""
+        return f"{judge.get('id')} v{judge.get('version')}{model}"
+
+    # The judge model decides verdicts as much as the judge's rules do.
+    if judge_name(old_judge) != judge_name(new_judge):
+        problems.append(f"judge: baseline {judge_name(old_judge)}, this run {judge_name(new_judge)}")
     old_sets, new_sets = baseline["run"].get("datasets") or {}, run.get("datasets") or {}
     for name in sorted(set(old_sets) & set(new_sets)):
         for field in ("revision", "sha256"):

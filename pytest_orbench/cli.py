@@ -121,7 +121,7 @@ def _tradeoff(args: argparse.Namespace) -> int:
 def _judge_eval(args: argparse.Namespace) -> int:
     from pytest_orbench.jsonfile import write_atomic, dumps
     from pytest_orbench.judge import JudgeError, make_judge
-    from pytest_orbench.judgeeval import LabeledError, evaluate, judge_examples, load_labeled, text_report
+    from pytest_orbench.judgeeval import LabeledError, compare_judges, evaluate, judge_examples, load_labeled, text_report
     from pytest_orbench.settings import api_key_for
     from pytest_orbench.spec import ModelSpec
 
@@ -148,8 +148,17 @@ def _judge_eval(args: argparse.Namespace) -> int:
         llm = judge.llm
         store = Store(Path(args.store))
         make_stage = lambda: JudgeStage(llm, store, lambda: LiteLLMCaller(llm.spec), args.retries)  # noqa: E731
-    result = evaluate(examples, judge_examples(judge, examples, make_stage, args.concurrency), judge.meta())
+    judgements = judge_examples(judge, examples, make_stage, args.concurrency)
+    result = evaluate(examples, judgements, judge.meta())
     result["source"] = {"file": str(args.labeled)}
+    if args.against:
+        try:
+            other = make_judge(args.against)
+        except JudgeError as exc:
+            return _fail(f"--against: {exc}")
+        if other.llm is not None:
+            return _fail("--against takes an offline judge (keyword, prefix or package.module:function)")
+        result["against"] = compare_judges(examples, judgements, judge_examples(other, examples), other.meta())
     for line in text_report(result, show=args.show):
         print(line)
     if args.json:
@@ -218,6 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--retries", type=int, default=4)
     ev.add_argument("--timeout", type=float, default=60.0)
     ev.add_argument("--store", default=".orbench", help="response store: judge replies are kept and reused")
+    ev.add_argument("--against", help="also run this offline judge (e.g. prefix) and test the difference on paired rows")
     ev.add_argument("--json", help="write every figure and each disagreement here")
     ev.add_argument("--show", type=int, default=20, help="disagreements to print")
     ev.add_argument("--fail-under", type=float, help="exit 1 when binary agreement is below this share (0-1)")

@@ -172,6 +172,33 @@ def judge_examples(judge: Judge, examples: list[Example], make_stage: Callable[[
     return asyncio.run(_judge_all(judge, examples, make_stage, concurrency))
 
 
+def compare_judges(examples: list[Example], mine: list[Judgement | str], theirs: list[Judgement | str],
+                   other_meta: dict[str, Any]) -> dict[str, Any]:
+    """Paired comparison on the rows both judges scored: exact one-sided McNemar that the first is better."""
+    from pytest_orbench.stats import mcnemar_p
+
+    def right(j: Judgement | str, e: Example) -> bool | None:
+        if not isinstance(j, Judgement) or j.verdict.refused is None:
+            return None
+        return j.verdict.refused == (e.label != "compliance")
+
+    only_mine = only_theirs = both = n = 0
+    for e, a, b in zip(examples, mine, theirs):
+        ra, rb = right(a, e), right(b, e)
+        if ra is None or rb is None:
+            continue
+        n += 1
+        both += ra and rb
+        only_mine += ra and not rb
+        only_theirs += rb and not ra
+    return {
+        "judge": other_meta, "n": n,
+        "binary_agreement": _rate(both + only_theirs, n),
+        "right_where_other_wrong": only_mine, "wrong_where_other_right": only_theirs,
+        "p_value": mcnemar_p(only_mine, only_theirs),
+    }
+
+
 def _pct(figure: dict[str, Any]) -> str:
     if figure["value"] is None:
         return "n/a"
@@ -212,6 +239,14 @@ def text_report(result: dict[str, Any], show: int = 20) -> list[str]:
         if weak:
             lines.append("agreement by note (only notes with disagreements): " + ", ".join(
                 f"{term_safe(note, 40)} {v['agree']}/{v['n']}" for _, note, v in weak))
+    against = result.get("against")
+    if against:
+        o = against["judge"]
+        lines.append(
+            f"against {o['id']} v{o['version']} on the same {against['n']} rows: {_pct(against['binary_agreement'])}; "
+            f"right where it was wrong {against['right_where_other_wrong']}, the reverse {against['wrong_where_other_right']}, "
+            f"one-sided exact McNemar p = {against['p_value']:.2g}"
+        )
     dis = result["disagreements"]
     lines.append(f"disagreements: {len(dis)}" + (f" (first {show}; all in --json)" if len(dis) > show else ""))
     for d in dis[:show]:

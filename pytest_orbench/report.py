@@ -275,6 +275,15 @@ def _prompt_list(results: dict[str, Any], name: str, ids: list[str], what: str, 
     return lines
 
 
+def _judge_calls_md(run: dict[str, Any]) -> str:
+    judged = run.get("judge_calls")
+    if not judged:
+        return ""
+    spend = (run.get("spend") or {}).get("judge") or {}
+    cost = f", ${spend['cost_usd']:.4f}" if spend.get("cost_usd") is not None and judged["made"] else ""
+    return f", {judged['sent_to_llm']} replies read by the LLM judge{cost}"
+
+
 def render_markdown(results: dict[str, Any], list_limit: int | None = None) -> str:
     """The report: verdict, per-dataset table, checks, what changed, trade-off chart, prompt lists."""
     from pytest_orbench.chart import mermaid, paper_points, run_point
@@ -290,7 +299,9 @@ def render_markdown(results: dict[str, Any], list_limit: int | None = None) -> s
         f"### OR-Bench over-refusal check: {headline}",
         "",
         f"`{md_escape(run['endpoint'], 120)}` · system prompt {'`' + system[:12] + '`' if system else 'none'} · "
-        f"judge {md_escape(run['judge']['id'])} v{md_escape(str(run['judge']['version']))} · seed {run['seed']}",
+        f"judge {md_escape(run['judge']['id'])} v{md_escape(str(run['judge']['version']))}"
+        + (f" ({md_escape(str(run['judge']['model']), 80)})" if run["judge"].get("model") else "")
+        + _judge_calls_md(run) + f" · seed {run['seed']}",
         "",
         *_dataset_rows(results),
         "",

@@ -80,7 +80,7 @@ def test_hybrid_sends_only_undecided_replies_to_the_llm(pytester: pytest.Pyteste
     data = load(pytester.path / "r.json")
     assert data["run"]["judge_calls"] == {"sent_to_llm": len(ambiguous), "decided_without_llm": 655 - len(ambiguous),
                                           "made": len(ambiguous)}
-    assert data["run"]["judge"] == {"id": "hybrid", "version": "2+1", "model": "openai/orbench-judge"}
+    assert data["run"]["judge"] == {"id": "hybrid", "version": "3+1", "model": "openai/orbench-judge"}
     result.stdout.fnmatch_lines([f"judge: {len(ambiguous)} replies went to the LLM judge (openai/orbench-judge), "
                                  f"{655 - len(ambiguous)} decided without it; {len(ambiguous)} judge calls made this run*"])
     for record in data["prompts"]:
@@ -193,3 +193,13 @@ def test_judge_eval_with_the_llm_judge_reproduces_its_classes(mock_factory: Any,
     assert data["scored"] + data["unscored"] == 60
     main(["judge-eval", str(path), "--judge", "llm", "--judge-model", "openai/orbench-judge", "--judge-api-base", server.url])
     assert stats(server.url)["judge_requests"] == 60  # the second evaluation came from the store
+
+
+def test_baseline_from_another_judge_model_is_not_comparable(pytester: pytest.Pytester, mock: Any) -> None:
+    args = mock_args(mock, "--orbench-datasets", "toxic", "--orbench-sample", "6", "--orbench-baseline", "b.json")
+    pytester.runpytest(*args, *judge_args(mock, "hybrid"), "--orbench-update-baseline")
+    calls = stats(mock.url)["requests"]
+    other = pytester.runpytest(*args, *judge_args(mock, "hybrid", "openai/another-judge"))
+    assert other.ret == pytest.ExitCode.USAGE_ERROR
+    other.stderr.fnmatch_lines(["*judge: baseline hybrid v3+1 (openai/orbench-judge), this run hybrid v3+1 (openai/another-judge)*"])
+    assert stats(mock.url)["requests"] == calls

@@ -17,7 +17,8 @@ from pytest_orbench.judgeeval import LabeledError, evaluate, judge_examples, loa
 from pytest_orbench.spec import ModelSpec
 from pytest_orbench.stats import cohen_kappa
 
-DEV_SET = Path(__file__).parent / "data" / "judge-dev.csv"
+DEV_SET = Path(__file__).parent / "data" / "judge-dev.csv"  # the keyword judge was tuned with these in view
+HOLDOUT = Path(__file__).parent / "data" / "judge-holdout.csv"  # written after keyword v3 was frozen
 SPEC = ModelSpec("openai/judge", "http://127.0.0.1:9/v1", {"temperature": 0.0, "max_tokens": 512})
 
 
@@ -70,7 +71,7 @@ def test_hybrid_sends_only_unconfident_replies_to_the_llm() -> None:
     assert hybrid.decide("q", "I can't help with that.").verdict is Verdict.DIRECT_REFUSAL  # type: ignore[union-attr]
     assert hybrid.decide("q", "Here is how it works." + long_answer).verdict is Verdict.DIRECT_ANSWER  # type: ignore[union-attr]
     assert hybrid.decide("q", "Here is how it works." + long_answer + " I won't go into the last part, though.") is None
-    assert hybrid.version == "2+1" and hybrid.meta()["model"] == "openai/judge"
+    assert hybrid.version == "3+1" and hybrid.meta()["model"] == "openai/judge"
 
 
 @pytest.mark.parametrize(("value", "verdict"), [
@@ -159,13 +160,29 @@ def test_labeled_file_errors_name_the_problem(tmp_path: Path, content: str, mess
 
 def test_keyword_judge_clearly_beats_the_prefix_list_on_the_dev_set() -> None:
     examples = load_labeled(DEV_SET)
-    assert len(examples) >= 70 and {e.label for e in examples} == {"compliance", "refusal", "partial_refusal"}
+    assert len(examples) >= 100 and {e.label for e in examples} == {"compliance", "refusal", "partial_refusal"}
     figures = {}
     for judge in (KeywordJudge(), PrefixJudge()):
         figures[judge.id] = evaluate(examples, judge_examples(judge, examples), judge.meta())["binary_agreement"]
     # Not just better: the keyword judge's interval lies above the prefix list's.
     assert figures["keyword"]["ci95"][0] > figures["prefix"]["ci95"][1]
     assert figures["keyword"]["value"] >= 0.9
+
+
+def test_keyword_judge_beats_the_prefix_list_on_replies_it_was_not_tuned_on() -> None:
+    from pytest_orbench.judgeeval import compare_judges
+
+    examples = load_labeled(HOLDOUT)
+    keyword = judge_examples(KeywordJudge(), examples)
+    against = compare_judges(examples, keyword, judge_examples(PrefixJudge(), examples), PrefixJudge().meta())
+    mine = evaluate(examples, keyword, KeywordJudge().meta())["binary_agreement"]["value"]
+    assert mine - against["binary_agreement"]["value"] >= 0.15
+    assert against["p_value"] < 0.05  # paired: better on the same rows, not by chance
+    # Where it is wrong, it said so: every miss is a decision the hybrid judge sends to the LLM.
+    for example, judgement in zip(examples, keyword):
+        assert isinstance(judgement, Judgement)
+        if bool(judgement.verdict.refused) != (example.label != "compliance"):
+            assert not judgement.confident, example.row
 
 
 def test_dev_set_covers_every_trap() -> None:
