@@ -14,7 +14,7 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.conftest import REPO, stats
 from tests.github_api import FakeGitHub
 
 EXPRESSION = re.compile(r"\$\{\{\s*(.+?)\s*\}\}")
@@ -155,3 +155,28 @@ def test_action_fails_a_regressing_pr_passes_the_fix_and_edits_one_comment(
     assert code == 0 and outputs["verdict"] == "pass", log
     assert "::warning title=pytest-orbench::could not post the PR comment (GitHub API 403" in log
     assert github.token not in log + (temp / "summary.md").read_text()
+
+
+@pytest.mark.usefixtures("orbench_env")
+def test_action_judge_inputs_reach_the_run_and_the_comment(tmp_path: Path, venv: Path, github: FakeGitHub, mock_factory: Any) -> None:
+    server = mock_factory(ambiguous_rate=0.3)
+    workspace, temp = tmp_path / "repo", tmp_path / "runner-temp"
+    workspace.mkdir()
+    temp.mkdir()
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"pull_request": {"number": 7}}), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GITHUB_"))}
+    env.update({"GITHUB_API_URL": github.url, "GITHUB_REPOSITORY": github.repository, "GITHUB_EVENT_PATH": str(event),
+                "GITHUB_STEP_SUMMARY": str(temp / "summary.md"), "GITHUB_WORKFLOW": "orbench", "GITHUB_JOB": "gate",
+                "PIP_NO_BUILD_ISOLATION": "1"})
+    inputs = {"model": "openai/orbench-mock", "api-base": server.url, "judge": "hybrid",
+              "judge-model": "openai/orbench-judge", "judge-api-base": server.url,
+              "pytest-args": "--orbench-sample 40 --orbench-seed 2"}
+    code, outputs, log = Runner(workspace, temp, venv, env).run(inputs, github.token)
+    assert code == 0, log
+    results = json.loads((temp / "orbench-results.json").read_text())
+    assert results["run"]["judge"] == {"id": "hybrid", "version": "3+1", "model": "openai/orbench-judge"}
+    sent = results["run"]["judge_calls"]["sent_to_llm"]
+    assert sent == stats(server.url)["judge_requests"] > 0
+    (comment,) = github.comments.values()
+    assert f"judge hybrid v3+1 (openai/orbench-judge), {sent} replies read by the LLM judge" in comment["body"]
