@@ -203,3 +203,19 @@ def test_baseline_from_another_judge_model_is_not_comparable(pytester: pytest.Py
     assert other.ret == pytest.ExitCode.USAGE_ERROR
     other.stderr.fnmatch_lines(["*judge: baseline hybrid v3+1 (openai/orbench-judge), this run hybrid v3+1 (openai/another-judge)*"])
     assert stats(mock.url)["requests"] == calls
+
+
+def test_xdist_judges_each_reply_once_and_matches_serial(pytester: pytest.Pytester, mock_factory: Any) -> None:
+    serial_server, xdist_server = mock_factory(ambiguous_rate=0.3), mock_factory(ambiguous_rate=0.3)
+    common = ("--orbench-sample", "100", "--orbench-seed", "11")
+    serial = pytester.runpytest(*mock_args(serial_server, *common, *judge_args(serial_server, "hybrid"),
+                                           "--orbench-json", "serial.json", "--orbench-store", "store-serial"))
+    parallel = pytester.runpytest_subprocess(*mock_args(xdist_server, *common, *judge_args(xdist_server, "hybrid"), "-n", "2",
+                                                        "--orbench-json", "xdist.json", "--orbench-store", "store-xdist"))
+    assert parallel.ret == serial.ret
+    served = stats(xdist_server.url)
+    assert served["duplicates"] == 0  # neither a reply nor a judgement was asked for twice
+    assert served["judge_requests"] == stats(serial_server.url)["judge_requests"] > 0
+    a, b = load(pytester.path / "serial.json"), load(pytester.path / "xdist.json")
+    assert [(p["id"], p["verdict"]) for p in a["prompts"]] == [(p["id"], p["verdict"]) for p in b["prompts"]]
+    assert b["run"]["judge_calls"] == a["run"]["judge_calls"]
