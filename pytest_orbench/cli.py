@@ -26,7 +26,9 @@ def _mock_server(args: argparse.Namespace) -> int:
         fault_rate=args.fault_rate, faults=faults, fault_attempts=args.fault_attempts,
         retry_after=args.retry_after, hang=args.hang, content_filter_rate=args.content_filter_rate,
         empty_rate=args.empty_rate, noise=args.noise, ambiguous_rate=args.ambiguous_rate,
-        judge_unscored_rate=args.judge_unscored_rate,
+        judge_unscored_rate=args.judge_unscored_rate, gen_toxic_share=args.gen_toxic_share,
+        gen_duplicate_rate=args.gen_duplicate_rate, gen_moderator_flip=args.gen_moderator_flip,
+        gen_unparseable_rate=args.gen_unparseable_rate,
     )
     server = MockServer(config, host=args.host, port=args.port)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -171,6 +173,54 @@ def _judge_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _generate(args: argparse.Namespace) -> int:
+    from pytest_orbench.generate import GenerateError, build_config, run_generate, summary_lines
+    from pytest_orbench.settings import load_yaml_file
+
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    config_path = Path(args.config) if args.config else Path("orbench.yaml")
+    values: dict[str, Any] = {}
+    base = Path.cwd()
+    try:
+        if args.config or config_path.is_file():
+            section = load_yaml_file(config_path).get("generate") or {}
+            if not isinstance(section, dict):
+                return _fail(f"generate: in {config_path} must be a mapping")
+            values.update(section)
+            base = config_path.resolve().parent
+        flags = {
+            "seeds": args.seeds, "categories": args.categories, "seeds_per_category": args.seeds_per_category,
+            "seed_model": args.seed_model, "rewriter": args.rewriter, "rewrites_per_seed": args.rewrites,
+            "moderators": args.moderator, "panel": args.panel, "panel_min_refusals": args.panel_min,
+            "panel_judge": args.panel_judge, "judge_model": args.judge_model, "out": args.out,
+            "toxic_out": args.toxic_out, "summary": args.summary, "dedupe_threshold": args.dedupe,
+            "concurrency": args.concurrency, "retries": args.retries, "api_base": args.api_base,
+            "api_key_env": args.api_key_env, "timeout": args.timeout,
+        }
+        cli = {k: v for k, v in flags.items() if v is not None}
+        for key in ("seeds", "out", "toxic_out", "summary"):  # flag paths are relative to where you are
+            if key in cli:
+                cli[key] = str(Path(cli[key]).resolve())
+        values.update(cli)
+        config = build_config(values, base)
+    except (GenerateError, ValueError) as exc:
+        return _fail(str(exc))
+    store = Path(args.store or values.get("store") or ".orbench")
+    summary = run_generate(config, store if store.is_absolute() else base / store)
+    for line in summary_lines(summary):
+        print(line)
+    print(f"wrote {config.out} ({summary['output']['kept']} prompts; run it: pytest --orbench --orbench-datasets {config.out.name})")
+    if config.toxic_out is not None:
+        print(f"wrote {config.toxic_out} ({summary['output']['toxic']} prompts the moderators judged harmful)")
+    if config.summary is not None:
+        print(f"wrote {config.summary}")
+    failed = sum(s["errors"] for s in summary["spend"].values())
+    if failed:
+        print(f"{failed} calls failed after retries; run the same command again to retry only those", file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="orbench", description="OR-Bench over-refusal tooling (see also: pytest --orbench)")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -196,6 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="share of prompts answered with a reply a keyword judge cannot settle (partial refusal, lecture)")
     mock.add_argument("--judge-unscored-rate", type=float, default=0.0,
                       help="acting as an LLM judge: share of outputs without a valid [[class]]")
+    mock.add_argument("--gen-toxic-share", type=float, default=0.2, help="as a rewriter: share of rewrites that stay harmful")
+    mock.add_argument("--gen-duplicate-rate", type=float, default=0.25,
+                      help="as a rewriter: share of seeds whose last rewrite copies the first")
+    mock.add_argument("--gen-moderator-flip", type=float, default=0.1, help="as a moderator: chance of the wrong label")
+    mock.add_argument("--gen-unparseable-rate", type=float, default=0.05, help="as a moderator: share of votes without [[label]]")
     mock.set_defaults(func=_mock_server)
 
     compare = sub.add_parser("compare", help="compare a results file with a baseline: the gate verdict and exit status")
@@ -232,6 +287,31 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--show", type=int, default=20, help="disagreements to print")
     ev.add_argument("--fail-under", type=float, help="exit 1 when binary agreement is below this share (0-1)")
     ev.set_defaults(func=_judge_eval)
+
+    gen = sub.add_parser("generate", help="build your own over-refusal set with the OR-Bench pipeline")
+    gen.add_argument("--config", help="orbench.yaml whose generate: section holds the settings (default ./orbench.yaml)")
+    gen.add_argument("--out", help="output dataset (.csv or .jsonl): the prompts judged safe (and kept by the panel)")
+    gen.add_argument("--toxic-out", help="also write the prompts the moderators judged harmful here")
+    gen.add_argument("--summary", help="write counts per stage, per category, votes, agreement and spend (JSON)")
+    gen.add_argument("--seeds", help="toxic seed prompts (CSV/JSONL with prompt,category); else --seed-model writes them")
+    gen.add_argument("--seed-model", help="litellm model that writes toxic seeds per category")
+    gen.add_argument("--categories", help="comma-separated categories (default: the 10 OR-Bench ones)")
+    gen.add_argument("--seeds-per-category", type=int)
+    gen.add_argument("--rewriter", help="litellm model that rewrites each seed into borderline-but-safe prompts")
+    gen.add_argument("--rewrites", type=int, help="rewrites per seed (default 5, as in the paper)")
+    gen.add_argument("--moderator", action="append", help="a moderator model; repeat for the ensemble (the paper used 3)")
+    gen.add_argument("--panel", action="append", help="a panel model for the hard subset; repeat (the paper used 6)")
+    gen.add_argument("--panel-min", type=int, help="keep prompts refused by at least this many panel models (default 3)")
+    gen.add_argument("--panel-judge", help="judge of the panel's replies: keyword | llm | hybrid | prefix | pkg.mod:fn")
+    gen.add_argument("--judge-model", help="the LLM judge's model (panel judge llm / hybrid)")
+    gen.add_argument("--api-base", help="default base URL for every model without its own api_base")
+    gen.add_argument("--api-key-env", help="default environment variable holding the key")
+    gen.add_argument("--dedupe", type=float, help="near-duplicate similarity threshold in [0, 1] (default 0.85)")
+    gen.add_argument("--concurrency", type=int, help="calls in flight (default 16)")
+    gen.add_argument("--retries", type=int)
+    gen.add_argument("--timeout", type=float)
+    gen.add_argument("--store", help="response store folder (default .orbench): re-runs and resumed runs cost nothing")
+    gen.set_defaults(func=_generate)
     return parser
 
 

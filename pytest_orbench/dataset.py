@@ -259,7 +259,7 @@ def resolve_file(source: SourceFile, data_dir: Path | None, cache_dir: Path) -> 
     return cached
 
 
-def _read_rows(path: Path) -> list[dict[str, str]]:
+def read_rows(path: Path) -> list[dict[str, str]]:
     try:
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
@@ -291,7 +291,7 @@ def _local_ids(raw: list[str]) -> list[str]:
 def load_builtin(name: str, data_dir: Path | None, cache_dir: Path) -> Dataset:
     builtin = BUILTINS[name]
     path = resolve_file(builtin.source, data_dir, cache_dir)
-    rows = _read_rows(path)
+    rows = read_rows(path)
     if builtin.label is not None:
         # XSTest: the id column is the upstream id; `type` is the category.
         rows = [r for r in rows if r.get("label") == builtin.label]
@@ -316,7 +316,7 @@ def load_builtin(name: str, data_dir: Path | None, cache_dir: Path) -> Dataset:
 
 def load_custom(spec: DatasetSpec) -> Dataset:
     assert spec.path is not None
-    rows = _read_rows(spec.path)
+    rows = read_rows(spec.path)
     if not rows:
         raise DatasetError(f"dataset file {spec.path} has no rows")
     if spec.prompt_column not in rows[0]:

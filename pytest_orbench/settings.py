@@ -72,6 +72,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("error_budget", "float", None, "share of prompts that may error before the gate is inconclusive (default 0.02)", "--orbench-error-budget"),
     Option("alpha", "float", None, "significance level of the regression test (default 0.05)", "--orbench-alpha"),
     Option("tolerance_pp", "float", None, "allowed regression in percentage points (default 0)", "--orbench-tolerance-pp"),
+    Option("generate", "dict", None, "settings of `orbench generate` (YAML only; ignored by pytest)", ini=False),
 )
 BY_KEY = {o.key: o for o in OPTIONS}
 
