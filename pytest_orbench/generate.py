@@ -533,6 +533,8 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         f"{name} ({models[name]}) {100 * a['with_majority']:.1f}%" if a["with_majority"] is not None else f"{name} n/a"
         for name, a in agreement.items()))
     for stage, s in summary["spend"].items():
+        if not (s["made"] or s["stored"] or s["errors"]):
+            continue
         cost = "cost unknown" if s["cost_usd"] is None else f"${s['cost_usd']:.4f}"
         lines.append(f"{stage}: {s['made']} calls made, {s['stored']} from the store, {s['errors']} failed; "
                      f"{s['prompt_tokens']:,} + {s['completion_tokens']:,} tokens, {cost}")
