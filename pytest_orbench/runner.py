@@ -232,7 +232,8 @@ class Fetcher:
             if state == "done":
                 record = self.store.get(key)
                 if record is not None:
-                    return Outcome(record=record, fetched=True)  # paid for in this run, by another process
+                    # Paid for in this run by another process (only its judgement, if the reply was stored).
+                    return Outcome(record=record, fetched=self.jobs[key].record is None)
                 error = "the stored reply vanished"
             if state in ("done", "error"):
                 return Outcome(error=error)

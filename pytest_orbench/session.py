@@ -286,7 +286,7 @@ class OrbenchPlugin:
             if key is not None:
                 assert self.store is not None
                 outcome.judge = self.store.get(key)
-                outcome.judge_fetched = outcome.fetched
+                outcome.judge_fetched = True  # judgements stored before this run never make a job
                 if outcome.judge is None:
                     outcome.judge_error = "the judge's stored reply vanished"
         return outcome
