@@ -7,7 +7,7 @@ import re
 import time
 import uuid
 from datetime import datetime, timezone
-from typing import Any, Generator
+from typing import TYPE_CHECKING, Any, Generator
 
 import pytest
 
@@ -19,6 +19,9 @@ from pytest_orbench.judge import Verdict, make_judge
 from pytest_orbench.judging import final_judgement, judge_key, reply_text
 from pytest_orbench.report import gate_lines, header_line, results_document, summarize, term_safe, terminal_lines
 from pytest_orbench.runner import Fetcher, Job, Outcome
+
+if TYPE_CHECKING:
+    from pytest_orbench.fetchproc import ProcessFetcher
 from pytest_orbench.settings import Settings, redact_url
 from pytest_orbench.store import Store, response_key
 
@@ -140,7 +143,7 @@ class OrbenchPlugin:
         self.store: Store | None = None
         self.stored: dict[str, dict[str, Any]] = {}
         self.judged: dict[str, dict[str, Any]] = {}  # item key -> stored LLM judge reply
-        self.fetcher: Fetcher | None = None
+        self.fetcher: Fetcher | ProcessFetcher | None = None
         self.started = time.time()
         self.results: dict[str, Any] | None = None
 
@@ -259,17 +262,24 @@ class OrbenchPlugin:
 
             jobs = [Job(i.key, i.prompt.text, n) for n, i in enumerate(misses)]
             jobs += [Job(i.key, i.prompt.text, len(jobs) + n, record=self.stored[i.key]) for n, i in enumerate(unjudged)]
-            stage = None
-            if self.judge.llm is not None:
-                spec = self.judge.llm.spec
-                stage = JudgeStage(self.judge.llm, self.store, lambda: LiteLLMCaller(spec), self.settings.retries)
             for item in unjudged:
                 del self.stored[item.key]  # its outcome now comes from the fetcher
-            self.fetcher = Fetcher(
-                self.store, lambda: make_caller(self.settings), jobs,
-                run_id=self.run_id, concurrency=share, retries=self.settings.retries, shared=self.is_worker,
-                judge=self.judge, judge_stage=stage,
-            )
+            if self.settings.target is None:
+                # litellm's per-call CPU gets its own core: a child process instead of a thread.
+                from pytest_orbench.fetchproc import ProcessFetcher
+
+                self.fetcher = ProcessFetcher(self.settings, jobs, run_id=self.run_id, concurrency=share,
+                                              retries=self.settings.retries, shared=self.is_worker)
+            else:  # the user's function runs here, where their conftest set things up
+                stage = None
+                if self.judge.llm is not None:
+                    spec = self.judge.llm.spec
+                    stage = JudgeStage(self.judge.llm, self.store, lambda: LiteLLMCaller(spec), self.settings.retries)
+                self.fetcher = Fetcher(
+                    self.store, lambda: make_caller(self.settings), jobs,
+                    run_id=self.run_id, concurrency=share, retries=self.settings.retries, shared=self.is_worker,
+                    judge=self.judge, judge_stage=stage,
+                )
             self.fetcher.start()
 
     def outcome(self, item: PromptItem) -> Outcome:

@@ -181,3 +181,38 @@ def test_stop_finishes_requests_in_flight_and_releases_the_rest(tmp_path: Path) 
     assert len(finished) < 20
     # Nothing is left claimed: another process waiting for the rest will fetch them itself.
     assert all((store.claim("r", j.key) or ("done",))[0] == "done" for j in jobs)
+
+
+def test_fetch_process_frames_roundtrip_and_end_of_input() -> None:
+    import io
+
+    from pytest_orbench.fetchproc import read_frame, write_frame
+
+    buffer = io.BytesIO()
+    write_frame(buffer, ("outcome", "k", {"text": "é" * 10}))
+    write_frame(buffer, ("stopped",))
+    buffer.seek(0)
+    assert read_frame(buffer) == ("outcome", "k", {"text": "é" * 10})
+    assert read_frame(buffer) == ("stopped",)
+    assert read_frame(buffer) is None
+
+
+def test_a_dead_fetch_process_gives_errors_not_verdicts() -> None:
+    from pytest_orbench.fetchproc import ProcessFetcher
+    from pytest_orbench.runner import Job
+
+    # Settings the child cannot use: it crashes on start, as it would on any bug or kill.
+    fetcher = ProcessFetcher(None, [Job("k1", "prompt", 0)], run_id="r", concurrency=1, retries=0, shared=False)
+    fetcher.start()
+    outcome = fetcher.result("k1")
+    fetcher.stop()
+    assert outcome.record is None and outcome.error is not None
+    assert outcome.error.startswith("the fetch process exited with status 1") and "AttributeError" in outcome.error
+
+
+def test_fetch_process_exits_at_once_when_its_parent_is_gone() -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "pytest_orbench.fetchproc"], input=b"", capture_output=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == b""
