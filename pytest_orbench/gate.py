@@ -81,12 +81,16 @@ def evaluate(results: dict[str, Any], config: GateConfig, sampled: bool = False)
     for name, summary in results["datasets"].items():
         limits = config.limits(name)
         total = summary["total"]
-        error_share = summary["errors"] / total if total else 0.0
+        # Unscored replies (no valid judge class) are as unknown as errors: both spend the budget.
+        unscored = summary.get("unscored", 0)
+        error_share = (summary["errors"] + unscored) / total if total else 0.0
         over = error_share > config.error_budget
         checks.append(_check(
             f"{name} error budget", name, "errors", error_share, config.error_budget,
             "inconclusive" if over else "pass",
-            f"{summary['errors']} of {total} prompts errored ({100 * error_share:.1f}%, budget {100 * config.error_budget:.1f}%)"
+            f"{summary['errors']} of {total} prompts errored"
+            + (f" and {unscored} went unscored" if unscored else "")
+            + f" ({100 * error_share:.1f}%, budget {100 * config.error_budget:.1f}%)"
             + ("; too many to conclude anything" if over else ""),
         ))
         rate = summary["rejection_rate"]

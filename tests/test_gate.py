@@ -175,3 +175,14 @@ def test_term_safe_strips_escapes_and_bidi() -> None:
 
     assert term_safe("a\x1b[31mred\x00\u202eb\nc\td") == "a\ufffd[31mred\ufffd\ufffdb c d"
     assert term_safe("x" * 20, limit=5) == "xxxx…"
+
+
+def test_unscored_replies_spend_the_error_budget() -> None:
+    from pytest_orbench.gate import GateConfig, evaluate
+
+    results = {"datasets": {"hard-1k": {"total": 100, "errors": 1, "unscored": 2, "n": 97, "refused": 30,
+                                        "rejection_rate": 0.31, "expected": "answer"}}}
+    checks = evaluate(results, GateConfig(error_budget=0.02))["checks"]
+    budget = next(c for c in checks if c["name"] == "hard-1k error budget")
+    assert budget["outcome"] == "inconclusive"
+    assert "1 of 100 prompts errored and 2 went unscored (3.0%, budget 2.0%)" in budget["message"]
