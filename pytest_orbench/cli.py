@@ -122,10 +122,9 @@ def _tradeoff(args: argparse.Namespace) -> int:
 
 def _judge_eval(args: argparse.Namespace) -> int:
     from pytest_orbench.jsonfile import write_atomic, dumps
-    from pytest_orbench.judge import JudgeError, make_judge
+    from pytest_orbench.judge import JudgeError, judge_model_spec, make_judge
     from pytest_orbench.judgeeval import LabeledError, compare_judges, evaluate, judge_examples, load_labeled, text_report
     from pytest_orbench.settings import api_key_for
-    from pytest_orbench.spec import ModelSpec
 
     sys.path.insert(0, os.getcwd())  # custom judges live in the user's project, as with pytest's rootdir
     spec = None
@@ -136,20 +135,19 @@ def _judge_eval(args: argparse.Namespace) -> int:
                 return _fail(f"--judge {args.judge} needs --judge-model MODEL (a litellm model string)")
             key = api_key_for(args.judge_model, args.judge_api_base, args.judge_api_key_env, what="judge model",
                               key_flag="--judge-api-key-env")
-            spec = ModelSpec(args.judge_model, args.judge_api_base,
-                             {"temperature": 0.0, "max_tokens": args.judge_max_tokens}, args.timeout, key, args.judge_api_key_env)
+            spec = judge_model_spec(args.judge_model, args.judge_api_base, args.judge_max_tokens, args.timeout, key,
+                                    args.judge_api_key_env)
         judge = make_judge(args.judge, spec)
     except (LabeledError, JudgeError, ValueError) as exc:
         return _fail(str(exc))
     make_stage = None
     if judge.llm is not None:
-        from pytest_orbench.client import LiteLLMCaller
         from pytest_orbench.judging import JudgeStage
         from pytest_orbench.store import Store
 
         llm = judge.llm
         store = Store(Path(args.store))
-        make_stage = lambda: JudgeStage(llm, store, lambda: LiteLLMCaller(llm.spec), args.retries)  # noqa: E731
+        make_stage = lambda: JudgeStage(llm, store, args.retries)  # noqa: E731
     judgements = judge_examples(judge, examples, make_stage, args.concurrency)
     result = evaluate(examples, judgements, judge.meta())
     result["source"] = {"file": str(args.labeled)}

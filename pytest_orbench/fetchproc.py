@@ -12,6 +12,7 @@ a killed thread would; on a normal stop it drains requests in flight first.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import queue
@@ -30,11 +31,7 @@ _HEADER = struct.Struct("!I")
 
 def write_frame(stream: IO[bytes], message: Any, lock: threading.Lock | None = None) -> None:
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    if lock is None:
-        stream.write(_HEADER.pack(len(data)) + data)
-        stream.flush()
-        return
-    with lock:
+    with lock or contextlib.nullcontext():
         stream.write(_HEADER.pack(len(data)) + data)
         stream.flush()
 
@@ -58,8 +55,7 @@ class ProcessFetcher:
                  shared: bool) -> None:
         self.init = {"settings": settings, "jobs": jobs, "run_id": run_id, "concurrency": concurrency,
                      "retries": retries, "shared": shared}
-        self.keys = {job.key for job in jobs}
-        self._events = {key: threading.Event() for key in self.keys}
+        self._events = {job.key: threading.Event() for job in jobs}
         self._outcomes: dict[str, Outcome] = {}
         self._asked: set[str] = set()
         self._lock = threading.Lock()
@@ -135,7 +131,7 @@ class ProcessFetcher:
 def _child() -> int:
     from pytest_orbench.client import make_caller
     from pytest_orbench.judge import make_judge
-    from pytest_orbench.judging import JudgeStage
+    from pytest_orbench.judging import judge_stage
     from pytest_orbench.runner import Fetcher
     from pytest_orbench.store import Store
 
@@ -149,12 +145,7 @@ def _child() -> int:
     settings = init["settings"]
     store = Store(settings.store)
     judge = make_judge(settings.judge, settings.judge_spec)
-    stage = None
-    if judge.llm is not None:
-        from pytest_orbench.client import LiteLLMCaller
-
-        spec = judge.llm.spec
-        stage = JudgeStage(judge.llm, store, lambda: LiteLLMCaller(spec), settings.retries)
+    stage = judge_stage(judge, store, settings.retries)
     fetcher = Fetcher(store, lambda: make_caller(settings), init["jobs"], run_id=init["run_id"],
                       concurrency=init["concurrency"], retries=init["retries"], shared=init["shared"],
                       judge=judge if stage is not None else None, judge_stage=stage)

@@ -381,7 +381,7 @@ class Pipeline:
         stage = None
         if judge.llm is not None:
             llm = judge.llm
-            stage = JudgeStage(llm, self.store, lambda: self.make_caller(llm.spec), cfg.retries)
+            stage = JudgeStage(llm, self.store, cfg.retries, lambda: self.make_caller(llm.spec))
         judge_spend = self.spend.setdefault("panel-judge", Spend())
 
         async def one(cand: Candidate, n: int, spec: ModelSpec) -> bool | None:

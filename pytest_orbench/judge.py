@@ -359,6 +359,13 @@ class OrBenchPrompt:
         return self.spec.key(kind="judge", judge_prompt=self.version, prompt=prompt, reply=reply)
 
 
+def judge_model_spec(model: str, api_base: str | None, max_tokens: int, timeout: float, api_key: str | None,
+                     api_key_env: str | None, litellm_kwargs: dict[str, Any] | None = None) -> ModelSpec:
+    """The judge model's request parameters: temperature 0, as the protocol says."""
+    params = {"temperature": 0.0, "max_tokens": max_tokens, **dict(sorted((litellm_kwargs or {}).items()))}
+    return ModelSpec(model, api_base, params, timeout, api_key, api_key_env)
+
+
 class LLMJudge:
     """Every reply with text goes to the judge model; filtered and empty replies are decided here."""
 

@@ -32,10 +32,10 @@ def final_judgement(judge: Judge, prompt: str, record: dict[str, Any], judged: d
 class JudgeStage:
     """Runs the LLM part of a judge inside the fetch loop: store first, then the judge model."""
 
-    def __init__(self, llm: LLMProtocol, store: Store, make_caller: Callable[[], Any], retries: int) -> None:
+    def __init__(self, llm: LLMProtocol, store: Store, retries: int, make_caller: Callable[[], Any] | None = None) -> None:
         self.llm = llm
         self.store = store
-        self.make_caller = make_caller
+        self.make_caller = make_caller or self._litellm
         self.retries = retries
         self._caller: Any = None
         self._fatal: str | None = None
@@ -62,6 +62,16 @@ class JudgeStage:
         self.store.put(key, record)
         return record, True
 
+    def _litellm(self) -> Any:
+        from pytest_orbench.client import LiteLLMCaller
+
+        return LiteLLMCaller(self.llm.spec)
+
     async def aclose(self) -> None:
         if self._caller is not None:
             await self._caller.aclose()
+
+
+def judge_stage(judge: Judge, store: Store, retries: int) -> JudgeStage | None:
+    """The stage that makes a judge's LLM calls, or None for judges that read replies themselves."""
+    return JudgeStage(judge.llm, store, retries) if judge.llm is not None else None

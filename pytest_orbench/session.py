@@ -257,8 +257,8 @@ class OrbenchPlugin:
                 judging = f", {len(unjudged)} stored replies to judge" if unjudged and not self.settings.offline else ""
                 reporter.write_line(f"orbench: {len(items)} prompts, {len(items) - len(misses)} stored, {action}{judging}")
         if (misses or unjudged) and not self.settings.offline:
-            from pytest_orbench.client import LiteLLMCaller, make_caller  # litellm only when something must be fetched
-            from pytest_orbench.judging import JudgeStage
+            from pytest_orbench.client import make_caller  # litellm only when something must be fetched
+            from pytest_orbench.judging import judge_stage
 
             jobs = [Job(i.key, i.prompt.text, n) for n, i in enumerate(misses)]
             jobs += [Job(i.key, i.prompt.text, len(jobs) + n, record=self.stored[i.key]) for n, i in enumerate(unjudged)]
@@ -271,10 +271,7 @@ class OrbenchPlugin:
                 self.fetcher = ProcessFetcher(self.settings, jobs, run_id=self.run_id, concurrency=share,
                                               retries=self.settings.retries, shared=self.is_worker)
             else:  # the user's function runs here, where their conftest set things up
-                stage = None
-                if self.judge.llm is not None:
-                    spec = self.judge.llm.spec
-                    stage = JudgeStage(self.judge.llm, self.store, lambda: LiteLLMCaller(spec), self.settings.retries)
+                stage = judge_stage(self.judge, self.store, self.settings.retries)
                 self.fetcher = Fetcher(
                     self.store, lambda: make_caller(self.settings), jobs,
                     run_id=self.run_id, concurrency=share, retries=self.settings.retries, shared=self.is_worker,

@@ -328,7 +328,7 @@ def _api_key(values: dict[str, Any]) -> str | None:
 
 def _judge(values: dict[str, Any]) -> ModelSpec | None:
     """Validate the judge before any call: known name or importable function, its model and key."""
-    from pytest_orbench.judge import JudgeError, make_judge
+    from pytest_orbench.judge import JudgeError, judge_model_spec, make_judge
 
     name = values["judge"]
     spec = None
@@ -349,11 +349,8 @@ def _judge(values: dict[str, Any]) -> ModelSpec | None:
                                   what="judge model", key_flag="--orbench-judge-api-key-env / judge_api_key_env")
             except ValueError as exc:
                 raise _fail(str(exc)) from None
-        spec = ModelSpec(
-            values["judge_model"], values["judge_api_base"],
-            {"temperature": 0.0, "max_tokens": values["judge_max_tokens"], **dict(sorted(kwargs.items()))},
-            values["timeout"], key, values["judge_api_key_env"],
-        )
+        spec = judge_model_spec(values["judge_model"], values["judge_api_base"], values["judge_max_tokens"],
+                                values["timeout"], key, values["judge_api_key_env"], kwargs)
     elif values["judge_model"] or values["judge_api_base"]:
         raise _fail(f"judge_model / judge_api_base are set but --orbench-judge is {name!r}; use --orbench-judge llm or hybrid")
     try:

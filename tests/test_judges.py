@@ -90,18 +90,21 @@ def test_custom_judge_bad_return_values_are_errors(value: object) -> None:
 
 
 def test_custom_judge_loading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "team_judge.py").write_text(
+    # Its own module name, and gone afterwards: the end-to-end test imports a different team_judge.
+    monkeypatch.setitem(sys.modules, "unit_team_judge", None)
+    monkeypatch.delitem(sys.modules, "unit_team_judge")
+    (tmp_path / "unit_team_judge.py").write_text(
         "def judge(prompt, reply):\n    return 'refusal' if 'nope' in reply else 'answer'\njudge.version = '3'\nNOT_CALLABLE = 1\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    judge = make_judge("team_judge:judge")
-    assert isinstance(judge, CustomJudge) and judge.meta() == {"id": "custom:team_judge:judge", "version": "3"}
+    judge = make_judge("unit_team_judge:judge")
+    assert isinstance(judge, CustomJudge) and judge.meta() == {"id": "custom:unit_team_judge:judge", "version": "3"}
     assert judge.decide("q", "nope").verdict is Verdict.DIRECT_REFUSAL  # type: ignore[union-attr]
     assert judge.decide("q", "", "content_filter").verdict is Verdict.FILTERED  # type: ignore[union-attr]
-    with pytest.raises(JudgeError, match="cannot load judge 'team_judge:missing'"):
-        make_judge("team_judge:missing")
+    with pytest.raises(JudgeError, match="cannot load judge 'unit_team_judge:missing'"):
+        make_judge("unit_team_judge:missing")
     with pytest.raises(JudgeError, match="is not callable"):
-        make_judge("team_judge:NOT_CALLABLE")
+        make_judge("unit_team_judge:NOT_CALLABLE")
     with pytest.raises(JudgeError, match="unknown judge 'gpt'"):
         make_judge("gpt")
     with pytest.raises(JudgeError, match="needs a judge model"):
