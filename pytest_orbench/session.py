@@ -21,6 +21,7 @@ from pytest_orbench.report import (
     gate_lines, header_line, results_document, served_versions, summarize, term_safe, terminal_lines, xfail_line,
 )
 from pytest_orbench.coordinator import Coordinator, Request
+from pytest_orbench.progress import ProgressDisplay
 from pytest_orbench.fetcher import Outcome
 from pytest_orbench.settings import Settings, format_age
 from pytest_orbench.spec import redact_url
@@ -146,8 +147,9 @@ class OrbenchPlugin:
         self.results: dict[str, Any] | None = None
         # One process makes the calls: the xdist controller, or the only pytest process.
         self.coordinator = Coordinator(settings, self.judge, self.run_id, fetches=not self.is_worker)
-        self.coordinator.on_wait = self._progress
-        self._last_progress = time.monotonic()
+        self.progress = ProgressDisplay(config, self.coordinator.progress, settings.progress_every)
+        if not self.is_worker:
+            self.coordinator.on_wait = self.progress.waiting
         self._requests = {self.nodeid(d, p): self.request(p) for d in self.datasets for p in d.prompts}
         self._begun = False
         if not config.option.collectonly:
@@ -254,11 +256,13 @@ class OrbenchPlugin:
         try:
             return (yield)
         finally:
+            self.progress.stop()
             self.coordinator.stop()
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         """Whatever ended the session (a usage error during collection, an internal error), no fetch
         process outlives it (stop is idempotent)."""
+        self.progress.stop()
         self.coordinator.stop()
 
     @pytest.hookimpl(optionalhook=True)
@@ -275,22 +279,17 @@ class OrbenchPlugin:
         line = self.coordinator.begin(requests)
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if line is not None and reporter is not None:
+            if self.config.get_terminal_writer().width_of_current_line:
+                reporter.write("\n")  # xdist's "ready: 1/2 workers" status stays on its own line
             reporter.write_line(line)
-
-    def _progress(self) -> None:
-        """While tests wait: a line about the fetch now and then (quieter with -q, none with -qq)."""
-        verbosity = self.config.get_verbosity()
-        every = 10.0 if verbosity >= 0 else 30.0
-        if verbosity < -1 or time.monotonic() - self._last_progress < every or self.is_worker:
-            return
-        line = self.coordinator.progress()
-        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        if line is not None and reporter is not None:
-            reporter.write_line(line)
-            self._last_progress = time.monotonic()
+        if self.coordinator.jobs and self.config.pluginmanager.hasplugin("dsession"):
+            self.progress.watch_idle()  # the workers wait where this process cannot see it
 
     def outcome(self, item: PromptItem) -> Outcome:
-        return self.coordinator.outcome(Request(item.key, item.prompt.text), item.prompt.id)
+        try:
+            return self.coordinator.outcome(Request(item.key, item.prompt.text), item.prompt.id)
+        finally:
+            self.progress.done_waiting()
 
     # -- judging ----------------------------------------------------------------------------
     def _record(self, item: PromptItem) -> dict[str, Any]:
@@ -336,11 +335,14 @@ class OrbenchPlugin:
         }
 
     # -- results (controller only) ----------------------------------------------------------
+    @pytest.hookimpl(tryfirst=True)  # before the terminal reporter writes: the progress status goes first
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.is_worker:
             return
         if report.when == "teardown":
-            self._progress()
+            self.progress.result()
+        else:
+            self.progress.done_waiting()
         for name, value in report.user_properties:
             if name == "orbench" and isinstance(value, dict):
                 self.records[value["id"]] = value

@@ -51,6 +51,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("sample", "int", None, "run N prompts per dataset, stratified by category", "--orbench-sample"),
     Option("seed", "int", None, "sampling seed (default: random, printed in the header)", "--orbench-seed"),
     Option("concurrency", "int", 16, "requests in flight for the whole run, across xdist workers", "--orbench-concurrency"),
+    Option("progress_every", "float", 10.0, "seconds between fetch progress lines in logs (not on a terminal, where one "
+           "status is updated in place); 0 turns them off", "--orbench-progress-every"),
     Option("json", "path", None, "write the results JSON here", "--orbench-json"),
     Option("store", "path", ".orbench", "response store folder (relative to rootdir)", "--orbench-store"),
     Option("refresh", "bool", False, "ignore stored responses and call the endpoint again", "--orbench-refresh"),
@@ -198,6 +200,7 @@ class Settings:
     store_max_age: float | None = 7 * 86400.0  # seconds; None = no limit
     markdown_max_chars: int = 65536
     revision: str | None = None
+    progress_every: float = 10.0  # seconds between progress lines in logs; 0 = none
 
     @property
     def system_prompt_sha256(self) -> str | None:
@@ -488,6 +491,8 @@ def build_settings(config: pytest.Config) -> Settings:
     for key, low in (("concurrency", 1), ("max_tokens", 1), ("retries", 0), ("sample", 1), ("markdown_max_chars", 2000)):
         if values[key] is not None and values[key] < low:
             raise _fail(f"{key} must be at least {low}, got {values[key]}")
+    if values["progress_every"] < 0:
+        raise _fail(f"progress_every must be 0 (no progress lines) or a number of seconds, got {values['progress_every']}")
     if values["timeout"] <= 0:
         raise _fail(f"timeout must be positive, got {values['timeout']}")
     if not 0 <= values["temperature"] <= 2:
@@ -574,4 +579,5 @@ def build_settings(config: pytest.Config) -> Settings:
         store_max_age=0.0 if values["refresh"] else max_age,
         markdown_max_chars=values["markdown_max_chars"],
         revision=str(revision).strip() if revision is not None else None,
+        progress_every=values["progress_every"],
     )

@@ -4,6 +4,8 @@ for the whole session (xdist included), through litellm against the simulator.""
 from __future__ import annotations
 
 import json
+import re
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -109,11 +111,95 @@ def test_xdist_fetches_each_prompt_once_in_one_process_and_matches_serial(pytest
     parallel.stdout.fnmatch_lines(["orbench: 120 prompts, 0 stored, 120 to fetch, 8 at a time"])
 
 
-def test_long_runs_say_how_far_the_fetch_got(pytester: pytest.Pytester, mock_factory: Callable[..., MockServer]) -> None:
-    server = mock_factory(latency=0.5)  # 100 prompts, 4 at a time: about 13 s
-    result = pytester.runpytest(*mock_args(server, "--orbench-sample", "100", "--orbench-concurrency", "4",
-                                           "--orbench-datasets", "toxic", "-v"))
-    result.stdout.re_match_lines([r"orbench: \d+/100 replies \(\d+%\), [\d.]+/s, ETA \d+ s, 0 errors so far"])
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_long_runs_say_how_far_the_fetch_got(pytester: pytest.Pytester, mock_factory: Callable[..., MockServer],
+                                             workers: list[str]) -> None:
+    server = mock_factory(latency=0.5)  # 40 prompts, 4 at a time: about 5 s
+    result = pytester.runpytest_subprocess(*mock_args(server, "--orbench-sample", "40", "--orbench-concurrency", "4",
+                                                      "--orbench-datasets", "toxic", "--orbench-progress-every", "1.5",
+                                                      "-v", *workers), timeout=240)
+    lines = [line for line in result.outlines if line.startswith("orbench: ") and " replies (" in line]
+    assert len(lines) >= 2, result.outlines  # every 1.5 s, each on a line of its own ...
+    assert all(re.fullmatch(r"orbench: \d+/40 replies \(\d+%\), [\d.]+/s, ETA (\d+ s|unknown), 0 errors so far", line)
+               for line in lines), lines
+    done = [int(re.match(r"orbench: (\d+)/", line)[1]) for line in lines]  # type: ignore[index]
+    assert done == sorted(done) and done[-1] > done[0], done  # ... saying how far the fetch got
+
+
+def test_progress_lines_can_be_turned_off(pytester: pytest.Pytester, mock_factory: Callable[..., MockServer]) -> None:
+    server = mock_factory(latency=0.5)
+    result = pytester.runpytest_subprocess(*mock_args(server, "--orbench-sample", "24", "--orbench-concurrency", "4",
+                                                      "--orbench-datasets", "toxic", "--orbench-progress-every", "0"),
+                                           timeout=240)
+    assert result.ret == 0 and not [line for line in result.outlines if " replies (" in line], result.outlines
+    requests = stats(server.url)["requests"]
+    result = pytester.runpytest(*mock_args(server, "--orbench-sample", "24", "--orbench-progress-every", "-1"))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR and stats(server.url)["requests"] == requests
+    result.stderr.fnmatch_lines(["*progress_every must be 0 (no progress lines) or a number of seconds, got -1.0*"])
+
+
+def on_a_terminal(args: list[str], cwd: Path, timeout: float = 120) -> str:
+    """Runs pytest with a pseudo-terminal as its output; returns every byte it wrote, decoded."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    main, secondary = pty.openpty()
+    env = {**os.environ, "COLUMNS": "120", "LINES": "40", "TERM": "xterm"}
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=cwd, stdout=secondary, stderr=secondary,
+                            stdin=subprocess.DEVNULL, env=env)
+    os.close(secondary)
+    chunks = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # the other end closed: pytest is done
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(main)
+    proc.wait(timeout=30)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def screen(raw: str) -> list[str]:
+    """What a terminal shows after the output (carriage returns, backspaces, ANSI colours)."""
+
+    raw = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", raw)
+    lines, line, col = [], [], 0
+    for ch in raw:
+        if ch == "\n":
+            lines.append("".join(line).rstrip())
+            line, col = [], 0
+        elif ch == "\r":
+            col = 0
+        elif ch == "\b":
+            col = max(0, col - 1)
+        else:
+            line[col:col + 1] = [ch] if col < len(line) else [" "] * (col - len(line)) + [ch]
+            col += 1
+    return lines + ["".join(line).rstrip()]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminal")
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_on_a_terminal_progress_is_one_status_updated_in_place(pytester: pytest.Pytester,
+                                                               mock_factory: Callable[..., MockServer],
+                                                               workers: list[str]) -> None:
+    server = mock_factory(latency=1.2)  # 16 prompts, 4 at a time: the tests wait 1.2 s four times
+    raw = on_a_terminal(mock_args(server, "--orbench-sample", "16", "--orbench-concurrency", "4",
+                                  "--orbench-datasets", "toxic", *workers), pytester.path)
+    status = re.compile(r"orbench: \d+/16 replies \(\d+%\), [\d.]+/s, ETA \d+ s, 0 errors so far")
+    shown = status.findall(raw)
+    assert len(shown) >= 2, raw[-2000:]  # updated while the tests wait ...
+    assert "\b" in raw  # ... in place ...
+    lines = screen(raw)
+    assert not any(status.search(line) for line in lines), "\n".join(lines)  # ... and gone from the screen
+    assert "orbench: 16 prompts, 0 stored, 16 to fetch, 4 at a time" in lines  # a line of its own (xdist's status too)
+    assert any(re.search(r"16 passed|\d+ passed, \d+ xfailed", line) for line in lines), "\n".join(lines)
 
 
 def fetch_children() -> list[int]:

@@ -1,0 +1,122 @@
+"""How a long fetch shows its progress, fitting pytest's own output.
+
+- On a terminal: while tests wait for replies, "orbench: 812/1974 replies (41%), 64.9/s, ETA 18 s,
+  0 errors so far" is shown at the end of pytest's current line, updated in place about once a
+  second, and erased (backspaces, so pytest's coloured output stays as it was) before pytest writes
+  again. Nothing is left behind in the scrollback.
+- Otherwise (CI logs, pipes): a line of its own every `progress_every` seconds (10 by default; three
+  times as long with -q; none with -qq or progress_every 0).
+
+Under xdist the controller fetches and the workers wait, so nothing reaches the controller while
+every worker waits: a thread there shows the progress once no test has finished for a second
+(pytest is idle then), and the report hook erases it before pytest writes the next result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import Any, Callable
+
+import pytest
+
+IN_PLACE_EVERY = 1.0  # seconds between updates of the status on a terminal
+IDLE = 1.0  # xdist controller: no result for this long means every worker waits
+
+
+class ProgressDisplay:
+    def __init__(self, config: pytest.Config, source: Callable[[], str | None], every: float = 10.0) -> None:
+        self.config = config
+        self.source = source  # the progress text, or None when there is nothing to say
+        self.verbosity = config.get_verbosity()
+        self.every = every * (3 if self.verbosity < 0 else 1)  # between lines in logs; 0 = none
+        self._lock = threading.Lock()
+        self._shown = 0  # characters of status now at the end of the current line
+        self._last = time.monotonic()  # of the last status update or line
+        self._last_result = time.monotonic()
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+
+    @property
+    def reporter(self) -> Any:
+        return self.config.pluginmanager.get_plugin("terminalreporter")  # registered after this plugin
+
+    @property
+    def in_place(self) -> bool:
+        reporter = self.reporter
+        return bool(reporter is not None and reporter.isatty and self.verbosity >= -1)
+
+    def _uncaptured(self) -> Any:
+        """Tests wait inside pytest's output capture: write past it, as live logging does."""
+        capman = self.config.pluginmanager.get_plugin("capturemanager")
+        return capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext()
+
+    # -- called while a test waits (main thread), or by the idle watch (xdist controller) ------------
+    def waiting(self) -> None:
+        reporter = self.reporter
+        if reporter is None or self.verbosity < -1:
+            return
+        with self._lock, self._uncaptured():
+            now = time.monotonic()
+            if self.in_place:
+                if now - self._last >= IN_PLACE_EVERY or not self._shown:
+                    self._show(self.source())
+                    self._last = now
+            elif self.every and now - self._last >= self.every:
+                text = self.source()
+                if text is not None:
+                    reporter.write_line(text)
+                    self._last = now
+
+    def done_waiting(self) -> None:
+        """Before pytest writes again: the status goes."""
+        with self._lock:
+            if self._shown:
+                with self._uncaptured():
+                    self._erase()
+            self._last_result = time.monotonic()
+
+    def result(self) -> None:
+        """A test finished (controller): logs get their periodic line even when no test waits long."""
+        self.done_waiting()
+        if not self.in_place:
+            self.waiting()
+
+    # -- xdist controller --------------------------------------------------------------------------
+    def watch_idle(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._watch, name="orbench-progress", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stopping.wait(0.25):
+            if time.monotonic() - self._last_result >= IDLE:
+                self.waiting()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+        self.done_waiting()
+
+    # -- in place ----------------------------------------------------------------------------------
+    def _show(self, text: str | None) -> None:
+        self._erase()
+        if text is None:
+            return
+        tw = self.config.get_terminal_writer()
+        room = tw.fullwidth - tw.width_of_current_line - 3
+        if room < 20:
+            return  # pytest's line is about full; it wraps soon and the next wait shows it
+        status = "  " + text[:room]
+        tw.write_raw(status, flush=True)  # raw: pytest's idea of the current line stays right
+        self._shown = len(status)
+
+    def _erase(self) -> None:
+        if self._shown:
+            n = self._shown
+            self.config.get_terminal_writer().write_raw("\b" * n + " " * n + "\b" * n, flush=True)
+            self._shown = 0
