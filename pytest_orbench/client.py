@@ -166,6 +166,33 @@ def quiet_litellm() -> None:
     ll.suppress_debug_info = True
 
 
+# What litellm imports on its first call to an OpenAI-compatible endpoint (~0.35 s here), imported by
+# the fetch process while pytest collects instead. Best effort: a name missing in another litellm
+# version is skipped.
+_FIRST_CALL_MODULES = ("litellm.llms.openai.openai", "litellm.llms.openai_like.chat.handler", "litellm.proxy._types",
+                       "litellm._service_logger", "litellm.llms.litellm_proxy.chat.transformation",
+                       "litellm.llms.openai_like.dynamic_config", "litellm.proxy.openai_files_endpoints.common_utils")
+
+
+def warm_up_litellm() -> None:
+    """Import what the first call would (no call, no thread, no event loop: the process may fork next)."""
+    import importlib
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            import openai
+
+            openai.AsyncOpenAI(api_key="warm-up", base_url="http://127.0.0.1:9/v1").chat.completions  # noqa: B018
+        except Exception:  # noqa: BLE001 - a warm-up only; the real call reports real problems
+            pass
+        for name in _FIRST_CALL_MODULES:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001
+                pass
+
+
 def provider_problem(model: str) -> str | None:
     """Why litellm could not route `model` (no provider in the string, an unknown one), or None."""
     try:

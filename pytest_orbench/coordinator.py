@@ -83,8 +83,7 @@ class Coordinator:
         self.fetches = fetches  # this process makes the calls (xdist controller or a lone process)
         self.store: Store | None = None
         self.plan = Plan()
-        self.children: list[FetchChild] = []
-        self.shard_of: dict[str, int] = {}  # key -> the child fetching it
+        self.child: FetchChild | None = None  # the fetch process (it forks the others, if any)
         self.shards = 0  # fetch processes in use
         self.thread: ThreadFetcher | None = None
         self.waiter: Waiter | None = None
@@ -106,10 +105,8 @@ class Coordinator:
         if plan.misses or plan.unjudged:
             from pytest_orbench.fetchproc import FetchChild
 
-            for _ in range(self._shards(len(plan.misses) + len(plan.unjudged))):
-                child = FetchChild()
-                child.spawn()
-                self.children.append(child)
+            self.child = FetchChild()
+            self.child.spawn()
 
     def _shards(self, jobs: int) -> int:
         import os
@@ -135,9 +132,8 @@ class Coordinator:
             self._fetch([Job(r.key, r.text, n, record=None) for n, r in enumerate(plan.misses)]
                         + [Job(r.key, r.text, len(plan.misses) + n, record=self._stored_reply(r.key))
                            for n, r in enumerate(plan.unjudged)])
-        else:
-            for child in self.children:
-                child.dismiss()
+        elif self.child is not None:
+            self.child.dismiss()
         self.jobs = len(pending)
         processes = self.shards if self.shards > 1 else 0
         action = ("offline: none will be fetched" if s.offline else
@@ -171,29 +167,21 @@ class Coordinator:
         from pytest_orbench.client import endpoint_spec
         from pytest_orbench.fetchproc import FetchChild
 
-        self.shards = shards = self._shards(len(jobs))
-        while len(self.children) < shards:
-            self.children.append(FetchChild())
-        for extra in self.children[shards:]:
-            extra.dismiss()
-        for shard in range(shards):
-            mine = jobs[shard::shards]  # interleaved: every shard follows the test order
-            self.shard_of.update({job.key: shard for job in mine})
-            self.children[shard].start({
-                "store": s.store, "run_id": self.run_id, "retries": s.retries, "shard": shard, "shards": shards,
-                "concurrency": s.concurrency // shards + (1 if shard < s.concurrency % shards else 0),
-                "spec": endpoint_spec(s), "system_prompt": s.system_prompt, "max_age": s.store_max_age,
-                "judge": s.judge if self.judge.llm is not None else None,
-                "judge_spec": s.judge_spec if self.judge.llm is not None else None, "jobs": mine,
-            })
+        self.shards = self._shards(len(jobs))
+        if self.child is None:
+            self.child = FetchChild()
+        # The child splits the jobs and the concurrency between itself and the processes it forks.
+        self.child.start({
+            "store": s.store, "run_id": self.run_id, "retries": s.retries, "shards": self.shards,
+            "concurrency": s.concurrency, "spec": endpoint_spec(s), "system_prompt": s.system_prompt,
+            "max_age": s.store_max_age, "judge": s.judge if self.judge.llm is not None else None,
+            "judge_spec": s.judge_spec if self.judge.llm is not None else None, "jobs": jobs,
+        })
 
     def _dead(self, key: str) -> str | None:
         if self.thread is not None:
             return self.thread.dead()
-        shard = self.shard_of.get(key)
-        if shard is not None and shard < len(self.children):
-            return self.children[shard].dead()
-        return None
+        return self.child.dead() if self.child is not None else None
 
     def _waiting(self) -> None:
         if self.on_wait is not None:
@@ -245,8 +233,8 @@ class Coordinator:
         if self.thread is not None:
             self.thread.stop()
             self.thread = None
-        children, self.children = self.children, []
-        for child in children:
+        child, self.child = self.child, None
+        if child is not None:
             child.stop(DRAIN + 10)
         if self.store is not None:
             if self.fetches and self.jobs:

@@ -2,13 +2,19 @@
 instead of sharing the pytest process's GIL.
 
 The parent (FetchChild) starts `python -m pytest_orbench.fetchproc` as soon as it knows a call may be
-needed (at pytest_configure, while pytest collects); the child imports litellm first and nothing of
-pytest or yaml. Once collection is done the parent sends one frame with what to fetch (a plain
-dict: store folder, run id, the endpoint's ModelSpec, jobs, ...), or ("exit",) when nothing needs a
-call. The child runs the FetchLoop, which commits replies and outcomes to the store; tests read them
-there (fetcher.Waiter). ("stop",) or end of input (the parent died) stops new calls; the requests in
-flight finish and are stored first (bounded), so nothing paid for is lost. Once every outcome is committed the child leaves with os._exit: nothing is
-lost, and no one waits for litellm's interpreter teardown.
+needed (at pytest_configure, while pytest collects); the child imports litellm first, and what
+litellm's first call would import, and nothing of pytest or yaml. Once collection is done the parent
+sends one frame with what to fetch (a plain dict: store folder, run id, the endpoint's ModelSpec,
+jobs, ...), or ("exit",) when nothing needs a call. The child runs the FetchLoop, which commits
+replies and outcomes to the store; tests read them there (fetcher.Waiter).
+
+A large run is split between the child and copies of it forked once the work arrives (litellm
+imported once, before any thread exists): each takes every n-th job and its part of the concurrency;
+one that dies has its prompts turned into errors at once, and the child ends after all of them.
+
+("stop",) or end of input (the parent died) stops new calls; the requests in flight finish and are
+stored first (bounded), so nothing paid for is lost. Once every outcome is committed the child
+leaves with os._exit: no one waits for litellm's interpreter teardown.
 """
 
 from __future__ import annotations
@@ -119,29 +125,65 @@ class FetchChild:
 
 def _child() -> int:
     # litellm first: its import (~2.5 s) runs while the parent collects.
-    from pytest_orbench.client import _import_litellm, quiet_litellm
+    from pytest_orbench.client import _import_litellm, quiet_litellm, warm_up_litellm
 
     _import_litellm()
     quiet_litellm()
-    import asyncio
-
-    from pytest_orbench.client import LiteLLMCaller
-    from pytest_orbench.fetcher import FetchLoop, Job
-    from pytest_orbench.judge import make_judge
-    from pytest_orbench.judging import judge_stage
-    from pytest_orbench.store import Store
-
+    warm_up_litellm()
     source = sys.stdin.buffer
     work = read_frame(source)
     if work is None or work == ("exit",):
         os._exit(0)
+    shards = int(work.get("shards", 1))
+    if shards < 2:
+        return _run_shard(work, 0, 1, lambda: read_frame(source))
+    # More fetch processes: fork them now, with litellm imported once (copy-on-write) and before any
+    # thread, event loop or database connection exists. They stop when this process says so or dies:
+    # both close the pipe's write end, and their read of it returns.
+    stop_read, stop_write = os.pipe()
+    forked: dict[int, int] = {}
+    for shard in range(1, shards):
+        pid = os.fork()
+        if pid == 0:
+            os.close(stop_write)
+            os.close(0)  # only the first process listens to the parent
+            return _run_shard(work, shard, shards, lambda: os.read(stop_read, 1))
+        forked[pid] = shard
+    os.close(stop_read)
+    watchers = [threading.Thread(target=_watch, args=(pid, shard, work), daemon=True) for pid, shard in forked.items()]
+    for watcher in watchers:
+        watcher.start()
+
+    def listen() -> None:
+        read_frame(source)
+        os.close(stop_write)
+
+    return _run_shard(work, 0, shards, listen, watchers)
+
+
+def _share(work: dict[str, Any], shard: int, shards: int) -> tuple[list[Any], int]:
+    """This shard's jobs (interleaved: every shard follows the test order) and its part of the concurrency."""
+    concurrency = int(work["concurrency"])
+    return work["jobs"][shard::shards], concurrency // shards + (1 if shard < concurrency % shards else 0)
+
+
+def _run_shard(work: dict[str, Any], shard: int, shards: int, wait_for_stop: Any,
+               others: list[threading.Thread] | None = None) -> int:
+    import asyncio
+
+    from pytest_orbench.client import LiteLLMCaller
+    from pytest_orbench.fetcher import FetchLoop
+    from pytest_orbench.judge import make_judge
+    from pytest_orbench.judging import judge_stage
+    from pytest_orbench.store import Store
+
+    jobs, concurrency = _share(work, shard, shards)
     store = Store(work["store"])
     judge = make_judge(work["judge"], work["judge_spec"]) if work["judge_spec"] is not None else None
     stage = judge_stage(judge, store, work["retries"], work["max_age"]) if judge is not None else None
     loop = FetchLoop(store, lambda: LiteLLMCaller(work["spec"], work["system_prompt"]), run_id=work["run_id"],
-                     concurrency=work["concurrency"], retries=work["retries"], judge=judge, judge_stage=stage,
-                     shard=work.get("shard", 0), shards=work.get("shards", 1))
-    jobs: list[Job] = work["jobs"]
+                     concurrency=concurrency, retries=work["retries"], judge=judge, judge_stage=stage,
+                     shard=shard, shards=shards)
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -149,8 +191,8 @@ def _child() -> int:
 
         def listen() -> None:
             # ("stop",) or end of input (the parent was killed): no new calls; the ones in flight are
-            # paid for, so they finish and are stored before the child leaves.
-            read_frame(source)
+            # paid for, so they finish and are stored before the process leaves.
+            wait_for_stop()
             event_loop.call_soon_threadsafe(stop.set)
 
         threading.Thread(target=listen, name="orbench-listen", daemon=True).start()
@@ -162,7 +204,28 @@ def _child() -> int:
         print(f"fetch process failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         os._exit(1)
     store.close()
+    for other in others or ():
+        other.join()  # the parent learns the run is over from the store; each shard ends bounded (DRAIN)
     os._exit(0)  # every outcome is committed: skip the interpreter's (and litellm's) teardown
+
+
+def _watch(pid: int, shard: int, work: dict[str, Any]) -> None:
+    """A forked fetch process that dies before it is done: its prompts without an outcome become errors
+    saying so, at once (the tests waiting for them end), and its part of the run is finished."""
+    from pytest_orbench.store import Store
+
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code == 0:
+        return
+    how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+    reason = f"fetch process {pid} (shard {shard + 1} of {work['shards']}) {how} before asking for this prompt"
+    store = Store(work["store"])
+    try:
+        jobs, _ = _share(work, shard, int(work["shards"]))
+        store.fail_shard(work["run_id"], shard, int(work["shards"]), [job.key for job in jobs], reason)
+    finally:
+        store.close()
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import json
 import math
 import random
 import re
+import socket
 import threading
 import time
 from collections import Counter
@@ -303,6 +304,7 @@ class MockState:
         self.lock = threading.Lock()
         self.requests = 0
         self.first_request_at: float | None = None  # wall clock of the first chat request (benchmarks: time to first call)
+        self.last_reply_at: float | None = None  # wall clock of the last chat reply (benchmarks: time after the calls)
         self.completions = 0
         self.by_prompt: Counter[str] = Counter()
         self.faults: Counter[str] = Counter()
@@ -321,6 +323,7 @@ class MockState:
             return {
                 "requests": self.requests,
                 "first_request_at": self.first_request_at,
+                "last_reply_at": self.last_reply_at,
                 "completions": self.completions,
                 "by_prompt": dict(self.by_prompt),
                 "faults": dict(self.faults),
@@ -341,6 +344,12 @@ def make_handler(config: MockConfig, state: MockState) -> type[BaseHTTPRequestHa
 
         def log_message(self, format: str, *args: Any) -> None:  # quiet: tests read /stats instead
             pass
+
+        def setup(self) -> None:
+            super().setup()
+            # Headers and body go out in two writes; with Nagle's algorithm on, the body waits for the
+            # client's delayed ACK of the headers (~40 ms a reply). Real servers (uvicorn, nginx) set this too.
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
         def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
             self.send_response(status)
@@ -386,6 +395,7 @@ def make_handler(config: MockConfig, state: MockState) -> type[BaseHTTPRequestHa
             finally:
                 with state.lock:
                     state.in_flight -= 1
+                    state.last_reply_at = time.time()
 
         def _complete(self, raw: bytes) -> None:
             if config.api_key is not None and self.headers.get("Authorization") != f"Bearer {config.api_key}":

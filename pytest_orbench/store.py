@@ -186,6 +186,27 @@ class Store:
         self._conn().execute("UPDATE runs SET heartbeat = ?, finished = 1, fatal = ? WHERE shard = ?",
                              (time.time(), fatal, f"{run}#{shard}"))
 
+    def fail_shard(self, run: str, shard: int, shards: int, keys: list[str], reason: str) -> None:
+        """A fetch process died: each of its prompts without an outcome gets `reason` as its error, and
+        its part of the run is finished (started first if it never was), in one transaction."""
+        conn = self._conn()
+        now = time.time()
+        conn.execute("BEGIN")
+        try:
+            conn.execute("INSERT OR IGNORE INTO runs (shard, run, shards, pid, started, heartbeat, total, done, errors, "
+                         "finished, fatal) VALUES (?, ?, ?, ?, ?, ?, ?, 0, 0, 0, NULL)",
+                         (f"{run}#{shard}", run, shards, os.getpid(), now, now, len(keys)))
+            done = {k for (k,) in conn.execute("SELECT key FROM outcomes WHERE run = ?", (run,))}
+            missing = [k for k in keys if k not in done]
+            conn.executemany("INSERT OR IGNORE INTO outcomes (run, key, error, judge_error, fetched, judge_fetched) "
+                             "VALUES (?, ?, ?, NULL, 0, 0)", [(run, k, reason) for k in missing])
+            conn.execute("UPDATE runs SET heartbeat = ?, done = total, errors = errors + ?, finished = 1 WHERE shard = ?",
+                         (now, len(missing), f"{run}#{shard}"))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
     def outcome(self, run: str, key: str) -> tuple[str | None, str | None, int, int] | None:
         row = self._conn().execute("SELECT error, judge_error, fetched, judge_fetched FROM outcomes "
                                    "WHERE run = ? AND key = ?", (run, key)).fetchone()

@@ -189,7 +189,7 @@ def screen(raw: str) -> list[str]:
 def test_on_a_terminal_progress_is_one_status_updated_in_place(pytester: pytest.Pytester,
                                                                mock_factory: Callable[..., MockServer],
                                                                workers: list[str]) -> None:
-    server = mock_factory(latency=1.2)  # 16 prompts, 4 at a time: the tests wait 1.2 s four times
+    server = mock_factory(latency=2.0)  # 16 prompts, 4 at a time: the tests wait 2 s four times
     raw = on_a_terminal(mock_args(server, "--orbench-sample", "16", "--orbench-concurrency", "4",
                                   "--orbench-datasets", "toxic", *workers), pytester.path)
     status = re.compile(r"orbench: \d+/16 replies \(\d+%\), [\d.]+/s, ETA \d+ s, 0 errors so far")
@@ -230,3 +230,57 @@ def test_a_usage_error_during_collection_leaves_no_fetch_process(pytester: pytes
     assert result.ret == pytest.ExitCode.USAGE_ERROR and stats(mock.url)["requests"] == 0
     result.stderr.fnmatch_lines(["*orbench/toxic::no-such-prompt: no such prompt test in this run*"])
     assert fetch_children() == []
+
+
+def forked_fetch_processes() -> list[int]:
+    """Fetch processes forked by a fetch process (the second shard of a large run)."""
+    found = []
+    fetchers = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"pytest_orbench.fetchproc" in cmdline:
+            fetchers[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    for pid, ppid in fetchers.items():
+        if ppid in fetchers:
+            found.append(pid)
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists() or (__import__("os").cpu_count() or 1) < 2,
+                    reason="reads /proc; two fetch processes need two cores")
+def test_a_fetch_process_killed_midway_turns_its_prompts_into_errors_at_once(
+        pytester: pytest.Pytester, mock_factory: Callable[..., MockServer]) -> None:
+    import os
+    import signal
+    import subprocess
+
+    server = mock_factory(latency=0.2)  # 240 prompts, 8 at a time from 2 processes: about 6 s
+    report = pytester.path / "run.json"
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", *mock_args(server, "--orbench-sample", "240",
+                             "--orbench-datasets", "toxic", "--orbench-concurrency", "8", "--orbench-seed", "1",
+                             "--orbench-json", str(report), "-q")],
+                            cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    killed = None
+    deadline = time.monotonic() + 60
+    while killed is None and time.monotonic() < deadline:
+        forked = forked_fetch_processes()
+        if forked and stats(server.url)["requests"] >= 40:
+            killed = forked[0]
+            os.kill(killed, signal.SIGKILL)
+        time.sleep(0.05)
+    started = time.monotonic()
+    out, _ = proc.communicate(timeout=120)
+    assert killed is not None, out
+    assert time.monotonic() - started < 30, out  # no wait for a silent heartbeat
+    results = json.loads(report.read_text())
+    errors = results["datasets"]["toxic"]["errors"]
+    asked = stats(server.url)["requests"]
+    assert 0 < errors < 240 - 40, out  # the other process went on to the end
+    assert f"fetch process {killed} (shard 2 of 2) was killed by signal 9 before asking for this prompt" in out
+    assert asked + errors >= 240 and stats(server.url)["duplicates"] == 0

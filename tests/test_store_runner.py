@@ -60,6 +60,16 @@ def test_store_round_trip_ages_and_runs(tmp_path: Path) -> None:
     store.finish_run("two", "connection refused", shard=1)
     state = store.run_state("two")
     assert state is not None and state["finished"] and state["fatal"] == "connection refused"
+    # A fetch process that died: its prompts without an outcome get the reason, the others keep theirs;
+    # its part of the run is finished, even if it never started.
+    store.start_run("three", 2, shard=0, shards=2)
+    store.commit_batch("three", [], [("a", None, None, True, False)], done=1, errors=0, shard=0)
+    store.fail_shard("three", 1, 2, ["b", "c"], "killed")
+    store.fail_shard("three", 0, 2, ["a", "d"], "killed too")
+    assert store.outcome("three", "a") == (None, None, 1, 0) and store.outcome("three", "d") == ("killed too", None, 0, 0)
+    assert store.outcome("three", "b") == store.outcome("three", "c") == ("killed", None, 0, 0)
+    state = store.run_state("three")
+    assert state is not None and (state["total"], state["done"], state["errors"], state["finished"]) == (4, 4, 3, 1)
     store.close()
 
 
