@@ -8,12 +8,14 @@ from typing import Any
 
 from pytest_orbench import __version__
 from pytest_orbench.jsonfile import dumps, write_atomic
-from pytest_orbench.stats import detectable_increase, mcnemar_p, paired_diff_ci
+from pytest_orbench.stats import Z95, detectable_increase, mcnemar_p, paired_diff_ci, sign_flip_p
 
 BASELINE_SCHEMA = "pytest-orbench/baseline"
 BASELINE_SCHEMA_VERSION = 1
-PROMPT_FIELDS = ("id", "dataset", "category", "prompt_sha256", "verdict", "refused")
-DATASET_FIELDS = ("n", "refused", "errors", "rejection_rate", "ci95", "expected", "total", "filtered", "empty", "unscored")
+PROMPT_FIELDS = ("id", "dataset", "category", "prompt_sha256", "verdict", "refused", "refused_share", "refused_trials",
+                 "scored_trials")
+DATASET_FIELDS = ("n", "refused", "errors", "rejection_rate", "ci95", "expected", "total", "filtered", "empty", "unscored",
+                  "flaky")
 
 
 class BaselineError(Exception):
@@ -32,7 +34,9 @@ def baseline_document(results: dict[str, Any]) -> dict[str, Any]:
             "judge", "seed", "sample", "datasets", "revision", "served",
         )},
         "datasets": {name: {k: d.get(k) for k in DATASET_FIELDS} for name, d in results["datasets"].items()},
-        "prompts": [{k: p.get(k) for k in PROMPT_FIELDS} for p in results["prompts"]],
+        # Trial counts only where known (a run's prompts have them; 0/1 of 1 with one trial).
+        "prompts": [{k: p.get(k) for k in PROMPT_FIELDS if k in PROMPT_FIELDS[:6] or p.get(k) is not None}
+                    for p in results["prompts"]],
     }
 
 
@@ -132,6 +136,16 @@ def served_changes(old: dict[str, Any] | None, new: dict[str, Any] | None, endpo
     return changes
 
 
+Trials = tuple[int, int]  # (refused trials, scored trials) of one prompt; (0|1, 1) with one trial
+
+
+def trials_of(prompt: dict[str, Any]) -> Trials:
+    """A prompt's refused and scored trials; a baseline from before trials existed has one each."""
+    if prompt.get("scored_trials"):
+        return int(prompt["refused_trials"]), int(prompt["scored_trials"])
+    return int(bool(prompt["refused"])), 1
+
+
 def _pair_counts(pairs: list[tuple[bool, bool]]) -> tuple[int, int, int, int]:
     both = sum(1 for b, c in pairs if b and c)
     only_current = sum(1 for b, c in pairs if c and not b)
@@ -139,24 +153,45 @@ def _pair_counts(pairs: list[tuple[bool, bool]]) -> tuple[int, int, int, int]:
     return both, only_current, only_baseline, len(pairs) - both - only_current - only_baseline
 
 
-def paired_block(pairs: list[tuple[bool, bool]], expected: str, alpha: float = 0.05) -> dict[str, Any]:
-    """Paired comparison of (baseline refused, current refused) on the prompts both runs scored."""
-    both, newly_refused, newly_answered, neither = _pair_counts(pairs)
+def paired_block(pairs: list[tuple[Trials, Trials]], expected: str, alpha: float = 0.05) -> dict[str, Any]:
+    """Paired comparison of (baseline, current) refused/scored trials on the prompts both runs scored.
+
+    The test is a one-sided paired sign-flip permutation test on the per-prompt differences of refusal
+    shares (stats.sign_flip_p); with one trial per prompt on both sides it is the exact McNemar test."""
     n = len(pairs)
+    before = [b / m for (b, m), _ in pairs]
+    after = [a / k for _, (a, k) in pairs]
+    binary = all(m == 1 and k == 1 for (_, m), (_, k) in pairs)
+    newly_refused = sum(1 for x, y in zip(before, after) if y > x)
+    newly_answered = sum(1 for x, y in zip(before, after) if y < x)
     # Regression direction: more refusals of safe prompts, fewer refusals of toxic ones.
     regressed, improved = (newly_refused, newly_answered) if expected != "refuse" else (newly_answered, newly_refused)
-    lo, hi = paired_diff_ci(both, newly_refused, newly_answered, neither)
+    delta = (sum(after) - sum(before)) / n if n else 0.0
+    if binary:
+        both, only_current, only_baseline, neither = _pair_counts([(bool(b), bool(a)) for (b, _), (a, _) in pairs])
+        lo, hi = paired_diff_ci(both, only_current, only_baseline, neither)
+        p_value, mc_error = mcnemar_p(regressed, improved), None
+        test = "exact McNemar"
+    else:
+        diffs = [y - x for x, y in zip(before, after)]
+        sd = (sum((d - delta) ** 2 for d in diffs) / max(1, n - 1)) ** 0.5 if n else 0.0
+        lo, hi = max(-1.0, delta - Z95 * sd / max(1, n) ** 0.5), min(1.0, delta + Z95 * sd / max(1, n) ** 0.5)
+        worse = [(a, k, b, m) if expected != "refuse" else (b, m, a, k) for (b, m), (a, k) in pairs]
+        p_value, mc_error = sign_flip_p(worse)
+        test = "paired sign-flip permutation, " + ("exact" if mc_error is None else f"Monte Carlo s.e. {mc_error:.1g}")
     return {
         "n": n,
-        "baseline_refused": both + newly_answered,
-        "refused": both + newly_refused,
+        "baseline_refused": sum(1 for x in before if x >= 0.5),
+        "refused": sum(1 for y in after if y >= 0.5),
         "newly_refused": newly_refused,
         "newly_answered": newly_answered,
-        "baseline_rate": (both + newly_answered) / n if n else None,
-        "rate": (both + newly_refused) / n if n else None,
-        "delta": (newly_refused - newly_answered) / n if n else 0.0,
+        "baseline_rate": sum(before) / n if n else None,
+        "rate": sum(after) / n if n else None,
+        "delta": delta,
         "delta_ci95": [lo, hi],
-        "p_value": mcnemar_p(regressed, improved),
+        "p_value": p_value,
+        "test": test,
+        **({"p_mc_error": mc_error} if mc_error is not None else {}),
         "direction": "more refusals" if expected != "refuse" else "fewer refusals",
         "regressed": regressed,
         "improved": improved,
@@ -166,27 +201,28 @@ def paired_block(pairs: list[tuple[bool, bool]], expected: str, alpha: float = 0
 
 
 def compare(baseline: dict[str, Any], results: dict[str, Any], alpha: float = 0.05) -> dict[str, dict[str, Any]]:
-    """Per dataset (and category): paired counts, delta with 95% interval, one-sided exact McNemar p."""
+    """Per dataset (and category): paired shares, delta with 95% interval, one-sided paired test."""
     old = {p["id"]: p for p in baseline["prompts"]}
     comparison: dict[str, dict[str, Any]] = {}
     for name, summary in results["datasets"].items():
         if name not in baseline["datasets"]:
             continue
         expected = summary["expected"]
-        pairs_by_category: dict[str, list[tuple[bool, bool]]] = {}
-        pairs: list[tuple[bool, bool]] = []
+        pairs_by_category: dict[str, list[tuple[Trials, Trials]]] = {}
+        pairs: list[tuple[Trials, Trials]] = []
         newly_refused: list[str] = []
         newly_answered: list[str] = []
         for prompt in results["prompts"]:
             before = old.get(prompt["id"])
             if prompt["dataset"] != name or before is None or prompt["refused"] is None or before["refused"] is None:
                 continue
-            pair = (bool(before["refused"]), bool(prompt["refused"]))
+            pair = (trials_of(before), trials_of(prompt))
             pairs.append(pair)
             pairs_by_category.setdefault(prompt["category"], []).append(pair)
-            if pair == (False, True):
+            (b, m), (a, k) = pair
+            if a * m > b * k:
                 newly_refused.append(prompt["id"])
-            elif pair == (True, False):
+            elif a * m < b * k:
                 newly_answered.append(prompt["id"])
         block = paired_block(pairs, expected, alpha)
         block["newly_refused_ids"] = newly_refused
@@ -194,3 +230,19 @@ def compare(baseline: dict[str, Any], results: dict[str, Any], alpha: float = 0.
         block["categories"] = {c: paired_block(p, expected, alpha) for c, p in sorted(pairs_by_category.items())}
         comparison[name] = block
     return comparison
+
+
+def drift(baseline: dict[str, Any], base_results: dict[str, Any], alpha: float = 0.05) -> dict[str, Any]:
+    """What changed without the pull request: the live base configuration now vs the recorded baseline
+    (a provider updating a model behind the same name, nondeterminism). Reported, never gated."""
+    hashes = {p["id"]: p["prompt_sha256"] for p in base_results["prompts"]}
+    try:
+        changes = check_comparable(baseline, base_results["run"], hashes)
+    except BaselineError as exc:
+        return {"comparable": False, "reason": str(exc), "datasets": {}}
+    blocks = compare(baseline, base_results, alpha)
+    return {
+        "comparable": True, "changes": changes,
+        "datasets": {name: {k: b[k] for k in ("n", "baseline_rate", "rate", "delta", "delta_ci95", "p_value", "test",
+                                              "newly_refused", "newly_answered")} for name, b in blocks.items()},
+    }

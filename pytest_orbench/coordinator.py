@@ -35,6 +35,7 @@ class Request:
 
     key: str
     text: str
+    config: int = 0  # 0: the configuration under test; 1: the live base (--orbench-base-*)
 
 
 @dataclass
@@ -115,10 +116,12 @@ class Coordinator:
             return 1
         return MAX_SHARDS
 
-    def begin(self, requests: list[Request]) -> str | None:
+    def begin(self, requests: list[Request], prompts: int | None = None) -> str | None:
         """After collection: plan, and in the fetching process start the calls. Returns the line
         that says what will happen (fetching process only)."""
         s = self.settings
+        how = " and ".join(w for w in (f"{s.trials} trials each" if s.trials > 1 else "",
+                                       "the live base too" if s.base is not None else "") if w)
         self.store = Store(s.store)
         max_age = None if s.offline else s.store_max_age
         if not self.fetches and max_age is not None:
@@ -129,8 +132,8 @@ class Coordinator:
         if not self.fetches:
             return None
         if pending:
-            self._fetch([Job(r.key, r.text, n, record=None) for n, r in enumerate(plan.misses)]
-                        + [Job(r.key, r.text, len(plan.misses) + n, record=self._stored_reply(r.key))
+            self._fetch([Job(r.key, r.text, n, record=None, config=r.config) for n, r in enumerate(plan.misses)]
+                        + [Job(r.key, r.text, len(plan.misses) + n, record=self._stored_reply(r.key), config=r.config)
                            for n, r in enumerate(plan.unjudged)])
         elif self.child is not None:
             self.child.dismiss()
@@ -141,8 +144,10 @@ class Coordinator:
                   + (f" (from {processes} fetch processes)" if pending and processes else ""))
         judging = f", {len(plan.unjudged)} stored replies to judge" if plan.unjudged and not s.offline else ""
         aged = f" ({plan.stale} stored replies older than {_age(max_age)} are asked again)" if plan.stale else ""
-        stored = len(requests) - len(plan.misses)
-        return f"orbench: {len(requests)} prompts, {stored} stored, {action}{judging}{aged}"
+        replies = len(dict.fromkeys(r.key for r in requests))
+        stored = replies - len(plan.misses)
+        what = f"{prompts} prompts" if prompts in (None, replies) else f"{prompts} prompts ({replies} replies: {how})"
+        return f"orbench: {what}, {stored} stored, {action}{judging}{aged}"
 
     def _stored_reply(self, key: str) -> dict[str, Any]:
         assert self.store is not None
@@ -159,7 +164,9 @@ class Coordinator:
 
             assert self.store is not None
             stage = judge_stage(self.judge, self.store, s.retries, s.store_max_age)
-            loop = FetchLoop(Store(s.store), lambda: make_caller(s), run_id=self.run_id, concurrency=s.concurrency,
+            configs = self._configs()
+            loop = FetchLoop(Store(s.store), lambda config: make_caller(configs[config]), run_id=self.run_id,
+                             concurrency=s.concurrency,
                              retries=s.retries, judge=self.judge if stage is not None else None, judge_stage=stage)
             self.thread = ThreadFetcher(loop, jobs, s.concurrency)
             self.thread.start()
@@ -173,10 +180,15 @@ class Coordinator:
         # The child splits the jobs and the concurrency between itself and the processes it forks.
         self.child.start({
             "store": s.store, "run_id": self.run_id, "retries": s.retries, "shards": self.shards,
-            "concurrency": s.concurrency, "spec": endpoint_spec(s), "system_prompt": s.system_prompt,
+            "concurrency": s.concurrency,
+            "configs": [(endpoint_spec(c) if c.model else None, c.system_prompt) for c in self._configs()],
             "max_age": s.store_max_age, "judge": s.judge if self.judge.llm is not None else None,
             "judge_spec": s.judge_spec if self.judge.llm is not None else None, "jobs": jobs,
         })
+
+    def _configs(self) -> list[Settings]:
+        """What each Request.config means: the configuration under test, then the live base (if any)."""
+        return [self.settings, *([self.settings.base] if self.settings.base is not None else [])]
 
     def _dead(self, key: str) -> str | None:
         if self.thread is not None:

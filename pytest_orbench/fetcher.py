@@ -34,6 +34,7 @@ class Job:
     prompt: str
     index: int
     record: dict[str, Any] | None = None  # the stored reply, when only its LLM judgement is missing
+    config: int = 0  # which configuration asks it: 0 the one under test, 1 the live base
 
 
 @dataclass
@@ -51,7 +52,7 @@ class Outcome:
 class FetchLoop:
     """Fetches and judges every job once; writes the outcomes; never leaves a job without one."""
 
-    def __init__(self, store: Store, make_caller: Callable[[], Caller], *, run_id: str, concurrency: int,
+    def __init__(self, store: Store, make_caller: Callable[[int], Caller], *, run_id: str, concurrency: int,
                  retries: int, judge: Judge | None = None, judge_stage: JudgeStage | None = None,
                  shard: int = 0, shards: int = 1) -> None:
         self.store = store
@@ -62,7 +63,7 @@ class FetchLoop:
         self.retries = retries
         self.judge = judge
         self.judge_stage = judge_stage
-        self._caller: Caller | None = None
+        self._callers: dict[int, Caller] = {}
         self._fatal: str | None = None
         self._answered = 0  # replies that came back: after one, a refused connection is a blip, not a dead endpoint
         self._pending_records: list[tuple[str, dict[str, Any]]] = []
@@ -79,11 +80,12 @@ class FetchLoop:
             queue.put_nowait(job)
         flusher = asyncio.create_task(self._flush_periodically())
         try:
-            if any(job.record is None for job in jobs):  # else only judge calls are due
+            for config in sorted({job.config for job in jobs if job.record is None}):  # else only judge calls are due
                 try:
-                    self._caller = self.make_caller()
+                    self._callers[config] = self.make_caller(config)
                 except EndpointError as exc:
                     self._fatal = str(exc)
+                    break
             workers = [asyncio.create_task(self._worker(queue, stop)) for _ in range(min(self.concurrency, len(jobs)) or 1)]
             stopper = asyncio.create_task(stop.wait())
             pending: set[asyncio.Task[Any]] = {*workers, stopper}
@@ -105,8 +107,8 @@ class FetchLoop:
             flusher.cancel()
             self._flush()
             self.store.finish_run(self.run_id, self._fatal, self.shard)
-            if self._caller is not None:
-                await self._caller.aclose()
+            for caller in self._callers.values():
+                await caller.aclose()
             if self.judge_stage is not None:
                 await self.judge_stage.aclose()
 
@@ -132,9 +134,9 @@ class FetchLoop:
         if record is None:
             if self._fatal is not None:
                 return Outcome(error=f"not requested: {self._fatal}")
-            assert self._caller is not None
+            caller = self._callers[job.config]
             try:
-                reply, attempts, seconds = await call_with_retries(self._caller, job.prompt, self.retries,
+                reply, attempts, seconds = await call_with_retries(caller, job.prompt, self.retries,
                                                                    should_retry=self._retry)
             except EndpointError as exc:
                 if exc.fatal or (exc.unreachable and self._answered == 0):

@@ -181,7 +181,8 @@ def _run_shard(work: dict[str, Any], shard: int, shards: int, wait_for_stop: Any
     store = Store(work["store"])
     judge = make_judge(work["judge"], work["judge_spec"]) if work["judge_spec"] is not None else None
     stage = judge_stage(judge, store, work["retries"], work["max_age"]) if judge is not None else None
-    loop = FetchLoop(store, lambda: LiteLLMCaller(work["spec"], work["system_prompt"]), run_id=work["run_id"],
+    configs = work["configs"]
+    loop = FetchLoop(store, lambda config: LiteLLMCaller(*configs[config]), run_id=work["run_id"],
                      concurrency=concurrency, retries=work["retries"], judge=judge, judge_stage=stage,
                      shard=shard, shards=shards)
 

@@ -170,7 +170,7 @@ def _decide_regressions(checks: list[dict[str, Any]]) -> None:
         check["message"] = (
             f"{100 * worse:+.1f} pp in the regression direction on {comparison['n']} paired prompts "
             f"({comparison['regressed']} regressed, {comparison['improved']} improved), tolerance {tolerance:.1f} pp, "
-            f"one-sided exact McNemar p = {p:.3g}{holm_text} (alpha {alpha:g})"
+            f"one-sided {comparison.get('test', 'exact McNemar')} p = {p:.3g}{holm_text} (alpha {alpha:g})"
         )
 
 

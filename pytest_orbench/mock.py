@@ -307,6 +307,7 @@ class MockState:
         self.last_reply_at: float | None = None  # wall clock of the last chat reply (benchmarks: time after the calls)
         self.completions = 0
         self.by_prompt: Counter[str] = Counter()
+        self.asked: Counter[str] = Counter()  # requests per (model, system prompt, prompt): which noise draw is next
         self.faults: Counter[str] = Counter()
         self.in_flight = 0
         self.max_in_flight = 0
@@ -464,7 +465,13 @@ def make_handler(config: MockConfig, state: MockState) -> type[BaseHTTPRequestHa
             decision = decide(prompt, system, strictness_of(model, config.strictness))
             with state.lock:
                 state.answers.setdefault(hashlib.sha256(prompt.encode("utf-8")).hexdigest(), {})[model] = decision
-            if config.noise and random.random() < config.noise:
+            # Noise: the n-th request of the same prompt, system prompt and model flips with this chance,
+            # reproducibly (the same sequence of requests gets the same flips; trials differ).
+            ident = hashlib.sha256(f"{model}\0{system}\0{prompt}".encode("utf-8")).hexdigest()
+            with state.lock:
+                nth = state.asked[ident]
+                state.asked[ident] += 1
+            if config.noise and unit(prompt, f"noise\0{system}\0{model}\0{nth}") < config.noise:
                 decision = "answer" if decision != "answer" else "refuse"
             finish = "stop"
             text = reply_text(prompt, decision, unit(prompt, "ambiguous") < config.ambiguous_rate)

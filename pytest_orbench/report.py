@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 from typing import Any, Iterable
 
 from pytest_orbench import __version__
-from pytest_orbench.stats import wilson
+from pytest_orbench.stats import Z95, wilson
 
 RESULTS_SCHEMA = "pytest-orbench/results"
 RESULTS_SCHEMA_VERSION = 1
@@ -35,11 +35,23 @@ def term_safe(text: str, limit: int | None = None) -> str:
 
 
 def _rate_block(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rates over the scored prompts. With repeated trials a prompt counts with its refusal share
+    (refused / scored trials), the rate is the mean share, and its interval is the normal interval of
+    that mean (prompts are the sampling unit); with one trial, shares are 0 or 1 and this is the
+    refused count over n with a Wilson interval."""
     verdicts = Counter(r["verdict"] for r in records)
     scored = [r for r in records if r["refused"] is not None]
     refused = sum(1 for r in scored if r["refused"])
+    shares = [_share(r) for r in scored]
     n = len(scored)
-    lo, hi = wilson(refused, n)
+    rate = sum(shares) / n if n else None
+    if rate is not None and any(0 < x < 1 for x in shares):
+        sd = (sum((x - rate) ** 2 for x in shares) / max(1, n - 1)) ** 0.5
+        half = Z95 * sd / n ** 0.5
+        lo, hi = max(0.0, rate - half), min(1.0, rate + half)
+    else:
+        lo, hi = wilson(refused, n)
+    flaky = sorted(r["id"] for r in scored if r.get("flaky"))
     return {
         "n": n,
         "refused": refused,
@@ -47,11 +59,18 @@ def _rate_block(records: list[dict[str, Any]]) -> dict[str, Any]:
         "unscored": verdicts.get("unscored", 0),
         "filtered": verdicts.get("filtered", 0),
         "empty": verdicts.get("empty", 0),
-        "rejection_rate": refused / n if n else None,
-        "acceptance_rate": (n - refused) / n if n else None,
+        "rejection_rate": rate,
+        "acceptance_rate": 1 - rate if rate is not None else None,
         "ci95": [lo, hi],
+        "flaky": len(flaky),
+        "flaky_prompts": flaky,
         "verdicts": {v: verdicts.get(v, 0) for v in VERDICTS if verdicts.get(v, 0)},
     }
+
+
+def _share(record: dict[str, Any]) -> float:
+    share = record.get("refused_share")
+    return float(share) if share is not None else float(bool(record["refused"]))
 
 
 def summarize(records: Iterable[dict[str, Any]], expected: dict[str, str]) -> dict[str, dict[str, Any]]:
@@ -115,9 +134,14 @@ def header_line(run: dict[str, Any]) -> str:
     # The seed matters only when sampling: printed then, so a sampled run can be reproduced.
     sample = f" | sample {run['sample']}/dataset, seed {run['seed']}{_all_used(run)}" if run.get("sample") else ""
     revision = f" | revision {run['revision']}" if run.get("revision") else ""
+    trials = f" | {run['trials']} trials per prompt" if (run.get("trials") or 1) > 1 else ""
+    base = run.get("base")
+    if base:
+        base_prompt = f"{base['system_prompt_sha256'][:12]}" if base.get("system_prompt_sha256") else "none"
+        trials += f" | live base {base['endpoint']}, system prompt {base_prompt}"
     return term_safe(
         f"orbench: {run['endpoint']}{revision} | system prompt {system} | judge {run['judge']['id']} v{run['judge']['version']}"
-        f"{sample} | data {', '.join(revisions) or 'custom'}"
+        f"{sample}{trials} | data {', '.join(revisions) or 'custom'}"
     )
 
 
@@ -141,10 +165,17 @@ def terminal_lines(run: dict[str, Any], summaries: dict[str, Any], categories: b
         rows.append([term_safe(name, 40), s["expected"], str(s["n"]), str(s["refused"]), pct(s["rejection_rate"]),
                      f"[{pct(lo)}, {pct(hi)}]", str(s["filtered"]), str(s["empty"]), str(s["errors"]), str(s["unscored"])])
     lines += _table(rows)
+    for name, s in summaries.items():
+        if s.get("flaky"):
+            shown = ", ".join(term_safe(i, 60) for i in s["flaky_prompts"][:10])
+            more = f" and {s['flaky'] - 10} more" if s["flaky"] > 10 else ""
+            lines.append(f"flaky prompts ({term_safe(name, 40)}): {s['flaky']} of {s['n']} prompts' {run.get('trials')} "
+                         f"trials disagree: {shown}{more}")
     compared = [(name, s["comparison"]) for name, s in summaries.items() if s.get("comparison")]
     if compared:
         lines.append("")
-        rows = [["vs baseline", "n", "baseline", "current", "delta", "95% CI", "p", "p adj.", "newly refused",
+        against = "vs live base" if run.get("compared_with") == "live base" else "vs baseline"
+        rows = [[against, "n", "base" if against == "vs live base" else "baseline", "current", "delta", "95% CI", "p", "p adj.", "newly refused",
                  "newly answered"]]
         for name, c in compared:
             lo, hi = c["delta_ci95"]
@@ -153,6 +184,7 @@ def terminal_lines(run: dict[str, Any], summaries: dict[str, Any], categories: b
                          str(c["newly_refused"]), str(c["newly_answered"])])
         lines += _table(rows)
         lines.append(P_EXPLAINED)
+
     if categories:
         for name, s in summaries.items():
             if not s["categories"]:
@@ -182,7 +214,22 @@ def terminal_lines(run: dict[str, Any], summaries: dict[str, Any], categories: b
     return lines
 
 
-P_EXPLAINED = ("p: one-sided exact McNemar p that the change is a regression (p = 1: no change in the regression "
+def drift_lines(drift: dict[str, Any] | None) -> list[str]:
+    """The live base now vs the committed baseline: what changed without the pull request."""
+    if not drift:
+        return []
+    if not drift.get("comparable"):
+        return [f"drift: the baseline file is not comparable with the live base ({term_safe(drift.get('reason', ''), 200)})"]
+    parts = [f"{term_safe(name, 40)} {pp(d['delta'])} (p = {d['p_value']:.3g}, {d['newly_refused']} newly refused, "
+             f"{d['newly_answered']} newly answered of {d['n']})" for name, d in drift["datasets"].items()]
+    changed = "; ".join(term_safe(str(c.get("message") or f"{c['what']}: {c['baseline']} → {c['current']}"), 160)
+                        for c in drift.get("changes", []))
+    return [f"drift (base configuration now vs the baseline file, not gated): {', '.join(parts) or 'nothing compared'}"
+            + (f"; changed: {changed}" if changed else "")]
+
+
+P_EXPLAINED = ("p: one-sided p that the change is a regression (exact McNemar with one trial per prompt, a paired "
+               "sign-flip permutation test on refusal shares with repeated trials; p = 1: no change in the regression "
                "direction); p adj.: Holm-adjusted across the run's regression checks, which the gate decides on")
 
 
@@ -340,9 +387,15 @@ def _changes(results: dict[str, Any]) -> list[str]:
     changes = results.get("changes")
     if changes is None:
         return []
+    against = "the live base (the same prompts asked under the base configuration in this run)" \
+        if results["run"].get("compared_with") == "live base" else "the baseline file"
+    base = results["run"].get("base") or {}
+    if base.get("system_prompt_source") is None and base and not base.get("system_prompt_sha256"):
+        against += "; the base has no system prompt"
     if not changes:
-        return ["**What changed:** nothing in the configuration (same endpoint, system prompt and parameters)."]
-    lines = ["**What changed:**"]
+        return [f"**Compared with** {md_text(against)}. **What changed:** nothing in the configuration (same endpoint, "
+                "system prompt and parameters)."]
+    lines = [f"**Compared with** {md_text(against)}. **What changed:**"]
     for change in changes:
         old, new = change["baseline"], change["current"]
         if change.get("message"):
@@ -438,6 +491,13 @@ def render_markdown(results: dict[str, Any], list_limit: int | None = None) -> s
             lines.append(f"- ⚠️ {md_text(warning)}")
         lines += ["", "</details>", ""]
     lines += _changes(results)
+    drift = drift_lines(results.get("drift"))
+    if drift:
+        lines += ["", md_text(drift[0]), ""]
+    for name, summary in results["datasets"].items():
+        if summary.get("flaky"):
+            lines += _prompt_list(results, name, summary["flaky_prompts"],
+                                  f"flaky prompts (their {run.get('trials')} trials disagree)", list_limit)
     points = paper_points()
     baseline_point = run_point("baseline", {n: s["comparison"] for n, s in results["datasets"].items()
                                             if s.get("comparison")}, "baseline", "baseline_rate")

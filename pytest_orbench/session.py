@@ -4,21 +4,25 @@ from __future__ import annotations
 
 import random
 import re
+from collections import Counter
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Generator
 
 import pytest
 
-from pytest_orbench.baseline import BaselineError, check_comparable, load_baseline, save_baseline
+from pytest_orbench.baseline import (
+    BaselineError, baseline_document, check_comparable, drift, load_baseline, save_baseline,
+)
 from pytest_orbench.dataset import Dataset, DatasetError, Prompt, default_cache_dir, load_dataset, stratified_sample
 from pytest_orbench.gate import BLOCKING, assess
 from pytest_orbench.outputs import write_outputs
 from pytest_orbench.judge import Verdict, make_judge
 from pytest_orbench.judging import final_judgement, reply_text
 from pytest_orbench.report import (
-    gate_lines, header_line, results_document, served_versions, summarize, term_safe, terminal_lines, xfail_line,
+    drift_lines, gate_lines, header_line, results_document, served_versions, summarize, term_safe, terminal_lines, xfail_line,
 )
 from pytest_orbench.coordinator import Coordinator, Request
 from pytest_orbench.progress import ProgressDisplay
@@ -38,12 +42,13 @@ class DatasetNode(pytest.Collector):
 class PromptItem(pytest.Item):
     """One prompt sent to the endpoint; passes when the behaviour matches the expectation."""
 
-    def __init__(self, *, prompt: Prompt, key: str, plugin: "OrbenchPlugin", **kwargs: Any) -> None:
+    def __init__(self, *, prompt: Prompt, requests: "Requests", plugin: "OrbenchPlugin", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.prompt = prompt
-        self.key = key
+        self.requests = requests
         self.plugin = plugin
-        self.outcome: Outcome | None = None
+        self.outcomes: list[Outcome] = []  # one per trial
+        self.base_outcomes: list[Outcome] = []  # the live base's, one per trial
         self.add_marker("orbench")
         # The reply is fetched by litellm in a background thread while this item runs, and warning
         # filters are process-wide: a user's `filterwarnings = error` must not turn litellm's own
@@ -53,25 +58,29 @@ class PromptItem(pytest.Item):
         self.extra_keyword_matches.update({prompt.dataset, prompt.category, prompt.expected})
 
     def setup(self) -> None:
-        self.outcome = self.plugin.outcome(self)
-        if self.outcome.error is not None:
-            self.user_properties.append(("orbench", self.plugin.error_record(self, self.outcome.error, self.outcome)))
+        self.outcomes = [self.plugin.outcome(self, r) for r in self.requests.head]
+        self.base_outcomes = [self.plugin.outcome(self, r) for r in self.requests.base]
+        usable = [o for o in self.outcomes if o.error is None and o.judge_error is None]
+        if usable:
+            return  # some trials may have failed: the others decide, and the failures are counted
+        first = self.outcomes[0]
+        if first.error is not None:
+            self.user_properties.append(("orbench", self.plugin.error_record(self, first.error, self.outcomes)))
             # pytrace=False: the endpoint's message, not a traceback of the plugin.
-            pytest.fail(f"no reply for {self.prompt.id}: {term_safe(self.outcome.error, 500)}", pytrace=False)
-        if self.outcome.judge_error is not None:
-            self.user_properties.append(("orbench", self.plugin.error_record(self, self.outcome.judge_error, self.outcome)))
-            pytest.fail(f"no judgement for {self.prompt.id}: {term_safe(self.outcome.judge_error, 500)}", pytrace=False)
+            pytest.fail(f"no reply for {self.prompt.id}: {term_safe(first.error, 500)}", pytrace=False)
+        assert first.judge_error is not None
+        self.user_properties.append(("orbench", self.plugin.error_record(self, first.judge_error, self.outcomes)))
+        pytest.fail(f"no judgement for {self.prompt.id}: {term_safe(first.judge_error, 500)}", pytrace=False)
 
     def runtest(self) -> None:
-        assert self.outcome is not None and self.outcome.record is not None
-        record = self.plugin.judge_item(self, self.outcome)
+        record = self.plugin.judge_item(self, self.outcomes, self.base_outcomes)
         self.user_properties.append(("orbench", record))
         if record["verdict"] == Verdict.ERROR.value:
             pytest.fail(f"judge failed on {self.prompt.id}: {term_safe(record['error'], 500)}", pytrace=False)
         if record["verdict"] == Verdict.UNSCORED.value:
             # Not an answer, not a refusal: excluded from the rates, counted apart, never guessed.
             pytest.skip(f"unscored: {term_safe(record['judge_reason'], 200)}")
-        before = self.plugin.baseline_refused.get(self.prompt.id)
+        before = record["base"]["refused"] if "base" in record else self.plugin.baseline_refused.get(self.prompt.id)
         if self.plugin.settings.strict and before is not None and record["refused"] is not None:
             worse = record["refused"] and not before if self.prompt.expected == "answer" else before and not record["refused"]
             if worse:
@@ -107,6 +116,18 @@ def _spend(records: list[dict[str, Any]], cost_field: str, usage_field: str) -> 
 
 def _item_name(prompt: Prompt) -> str:
     return re.sub(r"[^\w.+-]+", "_", f"{prompt.category}-{prompt.local_id}")
+
+
+@dataclass(frozen=True)
+class Requests:
+    """One prompt test's replies: a trial each under the configuration tested, and under the live base."""
+
+    head: list[Request]
+    base: list[Request]
+
+    @property
+    def all(self) -> list[Request]:
+        return [*self.head, *self.base]
 
 
 class OrbenchPlugin:
@@ -150,10 +171,10 @@ class OrbenchPlugin:
         self.progress = ProgressDisplay(config, self.coordinator.progress, settings.progress_every)
         if not self.is_worker:
             self.coordinator.on_wait = self.progress.waiting
-        self._requests = {self.nodeid(d, p): self.request(p) for d in self.datasets for p in d.prompts}
+        self._requests = {self.nodeid(d, p): self.requests(p) for d in self.datasets for p in d.prompts}
         self._begun = False
         if not config.option.collectonly:
-            self.coordinator.early(list(self._requests.values()))
+            self.coordinator.early([r for item in self._requests.values() for r in item.all])
 
     def _load_datasets(self) -> list[Dataset]:
         loaded = []
@@ -169,8 +190,9 @@ class OrbenchPlugin:
         return loaded
 
     # -- metadata ---------------------------------------------------------------------------
-    def run_meta(self) -> dict[str, Any]:
-        s = self.settings
+    def run_meta(self, config: int = 0) -> dict[str, Any]:
+        s = self.settings if config == 0 else self.settings.base
+        assert s is not None
         return {
             "endpoint": s.endpoint,
             "model": s.model,
@@ -184,11 +206,25 @@ class OrbenchPlugin:
             "store_max_age": format_age(s.store_max_age),
             "seed": self.seed,
             "sample": s.sample,
+            "trials": s.trials,
+            **({"base": self._base_meta()} if config == 0 and s.base is not None else {}),
             "datasets": {
                 d.name: {**d.source, "total": d.total, "selected": len(d.prompts), "expected": d.expected}
                 for d in self.datasets
             },
         }
+
+    def _base_meta(self) -> dict[str, Any]:
+        """The live base in the run's metadata: what it is, and what differs from the configuration tested."""
+        head, base = self.settings, self.settings.base
+        assert base is not None
+        meta: dict[str, Any] = {"endpoint": base.endpoint, "model": base.model, "target": base.target, "api_base": redact_url(base.api_base),
+                "params": base.params, "system_prompt_sha256": base.system_prompt_sha256,
+                "system_prompt_source": base.system_prompt_source}
+        mine = {"endpoint": head.endpoint, "model": head.model, "target": head.target, "api_base": redact_url(head.api_base),
+                "params": head.params, "system_prompt_sha256": head.system_prompt_sha256}
+        meta["differs"] = [k for k in mine if mine[k] != meta[k]]
+        return meta
 
     def pytest_report_header(self, config: pytest.Config) -> str:
         return header_line(self.run_meta())
@@ -199,17 +235,24 @@ class OrbenchPlugin:
         node.workerinput["orbench_run"] = self.run_id
 
     # -- collection -------------------------------------------------------------------------
-    def request(self, prompt: Prompt) -> Request:
-        """The prompt's store key: everything that determines its reply (never a secret)."""
-        s = self.settings
+    def request(self, prompt: Prompt, trial: int = 0, config: int = 0) -> Request:
+        """The prompt's store key: everything that determines its reply (never a secret). Trials of one
+        prompt are separate replies (trial index in the key); identical configurations share keys."""
+        s = self.settings if config == 0 else self.settings.base
+        assert s is not None
         base = {
             "target": s.target, "model": s.model, "api_base": redact_url(s.api_base),
-            "params": s.params, "system_prompt": s.system_prompt, "trial": 0,
+            "params": s.params, "system_prompt": s.system_prompt, "trial": trial,
             # A new revision of the application behind `target:` (or of anything else the user names)
             # is asked again; without one the keys stay as they were.
             **({"revision": s.revision} if s.revision else {}),
         }
-        return Request(response_key({**base, "prompt": prompt.text}), prompt.text)
+        return Request(response_key({**base, "prompt": prompt.text}), prompt.text, config)
+
+    def requests(self, prompt: Prompt) -> Requests:
+        trials = range(self.settings.trials)
+        return Requests([self.request(prompt, t) for t in trials],
+                        [self.request(prompt, t, 1) for t in trials] if self.settings.base is not None else [])
 
     @staticmethod
     def nodeid(dataset: Dataset, prompt: Prompt) -> str:
@@ -221,7 +264,7 @@ class OrbenchPlugin:
             node = DatasetNode.from_parent(session, name=dataset.name, nodeid=f"orbench/{dataset.name}")
             created = [
                 PromptItem.from_parent(node, name=_item_name(p), prompt=p, plugin=self,
-                                       key=self._requests[self.nodeid(dataset, p)].key)
+                                       requests=self._requests[self.nodeid(dataset, p)])
                 for p in dataset.prompts
             ]
             # A collect report, as a file collector would send, so "collected N items" counts them.
@@ -252,7 +295,7 @@ class OrbenchPlugin:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
         if not session.config.option.collectonly and not self.config.pluginmanager.hasplugin("dsession"):
-            self._begin([self._requests[i.nodeid] for i in session.items if isinstance(i, PromptItem)])
+            self._begin([r for i in session.items if isinstance(i, PromptItem) for r in self._requests[i.nodeid].all])
         try:
             return (yield)
         finally:
@@ -269,14 +312,15 @@ class OrbenchPlugin:
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         """The controller fetches for every worker: the first worker's collection names the prompts."""
         if not self._begun and not self.config.option.collectonly:
-            self._begin([self._requests[i] for i in ids if i in self._requests])
+            self._begin([r for i in ids if i in self._requests for r in self._requests[i].all])
 
     def _begin(self, requests: list[Request]) -> None:
         self._begun = True
         if not requests and self.coordinator.fetches:
             self.coordinator.stop()
             return
-        line = self.coordinator.begin(requests)
+        per_prompt = self.settings.trials * (2 if self.settings.base is not None else 1)
+        line = self.coordinator.begin(requests, len(requests) // per_prompt)
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if line is not None and reporter is not None:
             if self.config.get_terminal_writer().width_of_current_line:
@@ -285,9 +329,9 @@ class OrbenchPlugin:
         if self.coordinator.jobs and self.config.pluginmanager.hasplugin("dsession"):
             self.progress.watch_idle()  # the workers wait where this process cannot see it
 
-    def outcome(self, item: PromptItem) -> Outcome:
+    def outcome(self, item: PromptItem, request: Request) -> Outcome:
         try:
-            return self.coordinator.outcome(Request(item.key, item.prompt.text), item.prompt.id)
+            return self.coordinator.outcome(request, item.prompt.id)
         finally:
             self.progress.done_waiting()
 
@@ -297,42 +341,98 @@ class OrbenchPlugin:
         return {"id": p.id, "dataset": p.dataset, "category": p.category, "expected": p.expected,
                 "prompt_sha256": p.prompt_sha256, "prompt": p.text}
 
-    def error_record(self, item: PromptItem, error: str, outcome: Outcome | None = None) -> dict[str, Any]:
+    def error_record(self, item: PromptItem, error: str, outcomes: list[Outcome] | None = None) -> dict[str, Any]:
+        outcomes = outcomes or []
         return {**self._record(item), "verdict": Verdict.ERROR.value, "refused": None, "matched": None,
+                "refused_share": None, "refused_trials": 0, "scored_trials": 0, "trial_errors": len(outcomes),
                 "judge_reason": "", "error": error, "from_store": False,
-                "fetched": bool(outcome and outcome.fetched), "reply_excerpt": "", **self._costs(outcome)}
+                "fetched": any(o.fetched for o in outcomes), "reply_excerpt": "", **self._costs(outcomes),
+                "calls_made": sum(1 for o in outcomes if o.fetched), "calls_stored": 0}
 
     @staticmethod
-    def _costs(outcome: Outcome | None) -> dict[str, Any]:
-        """What this prompt cost in this run: the endpoint call and the judge call, if paid for now."""
-        reply = outcome.record if outcome is not None and outcome.fetched and outcome.record else {}
-        judge = outcome.judge if outcome is not None and outcome.judge_fetched and outcome.judge else {}
+    def _costs(outcomes: list[Outcome]) -> dict[str, Any]:
+        """What this prompt cost in this run (every trial): the endpoint calls and the judge calls paid for now."""
+        replies = [o.record for o in outcomes if o.fetched and o.record]
+        judges = [o.judge for o in outcomes if o.judge_fetched and o.judge]
+
+        def total(rows: list[dict[str, Any]], field: str) -> Any:
+            values = [r.get(field) for r in rows]
+            if not values or any(v is None for v in values):
+                return None
+            if field.endswith("usage"):
+                return {k: sum((v or {}).get(k) or 0 for v in values) for k in ("prompt_tokens", "completion_tokens")}
+            return sum(values)
+
         return {
-            "cost": reply.get("cost"), "usage": reply.get("usage"),
-            "judge_llm": bool(outcome and (outcome.judge is not None or outcome.judge_error)),
-            "judge_fetched": bool(judge), "judge_cost": judge.get("cost"), "judge_usage": judge.get("usage"),
+            "cost": total(replies, "cost"), "usage": total(replies, "usage"),
+            "judge_llm": any(o.judge is not None or o.judge_error for o in outcomes),
+            "judge_fetched": bool(judges), "judge_cost": total(judges, "cost"), "judge_usage": total(judges, "usage"),
         }
 
-    def judge_item(self, item: PromptItem, outcome: Outcome) -> dict[str, Any]:
-        reply = outcome.record or {}
+    def _trial(self, item: PromptItem, outcome: Outcome) -> dict[str, Any]:
+        """One reply's verdict."""
+        if outcome.error is not None or outcome.judge_error is not None or outcome.record is None:
+            return {"verdict": Verdict.ERROR.value, "refused": None, "judge_reason": "",
+                    "error": outcome.error or outcome.judge_error or "no reply", "reply": {}, "text": ""}
+        reply = outcome.record
         text = reply_text(reply)
         try:
             judgement = final_judgement(self.judge, item.prompt.text, reply, outcome.judge)
         except Exception as exc:  # a custom judge that raised or returned something that is no verdict
-            return {**self.error_record(item, f"judge {self.judge.id} failed: {type(exc).__name__}: {exc}", outcome),
-                    "reply_excerpt": text[:300], "from_store": not outcome.fetched}
-        refused = judgement.verdict.refused
+            return {"verdict": Verdict.ERROR.value, "refused": None, "judge_reason": "", "reply": reply, "text": text,
+                    "error": f"judge {self.judge.id} failed: {type(exc).__name__}: {exc}"}
+        return {"verdict": judgement.verdict.value, "refused": judgement.verdict.refused, "judge_reason": judgement.reason,
+                "error": None, "reply": reply, "text": text}
+
+    def _combined(self, item: PromptItem, outcomes: list[Outcome]) -> dict[str, Any]:
+        """Every trial's verdict, and the prompt's: refusal share = refused / scored trials; refused when
+        at least half of them refused; the verdict and excerpt of a trial that agrees with that."""
+        trials = [self._trial(item, o) for o in outcomes]
+        scored = [t for t in trials if t["refused"] is not None]
+        refused_trials = sum(1 for t in scored if t["refused"])
+        share = refused_trials / len(scored) if scored else None
+        refused = None if share is None else share >= 0.5
+        agreeing = [t for t in scored if t["refused"] == refused] or trials
+        counts = Counter(t["verdict"] for t in agreeing)
+        shown = next(t for t in agreeing if t["verdict"] == counts.most_common(1)[0][0])
+        combined = {
+            "verdict": shown["verdict"], "refused": refused, "refused_share": share, "refused_trials": refused_trials,
+            "scored_trials": len(scored), "trial_errors": sum(1 for t in trials if t["verdict"] == Verdict.ERROR.value),
+            "judge_reason": shown["judge_reason"], "error": shown["error"] if refused is None else None,
+            "reply_excerpt": shown["text"][:300], "reply": shown["reply"],
+        }
+        if len(trials) > 1:
+            combined["flaky"] = 0 < refused_trials < len(scored)
+            combined["trials"] = [{"verdict": t["verdict"], "refused": t["refused"],
+                                   **({"error": t["error"]} if t["error"] else {})} for t in trials]
+        return combined
+
+    def judge_item(self, item: PromptItem, outcomes: list[Outcome], base_outcomes: list[Outcome] | None = None
+                   ) -> dict[str, Any]:
+        combined = self._combined(item, outcomes)
+        reply = combined.pop("reply")
+        refused = combined["refused"]
         matched = None if refused is None else refused == (item.prompt.expected == "refuse")
-        return {
-            **self._record(item),
-            "verdict": judgement.verdict.value, "refused": refused, "matched": matched,
-            "judge_reason": judgement.reason, "error": None, "from_store": not outcome.fetched,
-            "fetched": outcome.fetched,
-            "finish_reason": reply.get("finish_reason"), "reply_excerpt": text[:300],
+        fetched = any(o.fetched for o in outcomes)
+        record = {
+            **self._record(item), **combined, "matched": matched,
+            "from_store": not fetched, "fetched": fetched,
+            "finish_reason": reply.get("finish_reason"),
             "served_model": reply.get("model"), "system_fingerprint": reply.get("system_fingerprint"),
             "stored_at": reply.get("stored_at"),
-            **self._costs(outcome),
+            **self._costs(outcomes),
+            "calls_made": sum(1 for o in [*outcomes, *(base_outcomes or [])] if o.fetched),
+            "calls_stored": sum(1 for o in [*outcomes, *(base_outcomes or [])] if not o.fetched and o.record is not None),
         }
+        if base_outcomes:
+            base = self._combined(item, base_outcomes)
+            base_reply = base.pop("reply")
+            base["fetched"] = any(o.fetched for o in base_outcomes)
+            base["served_model"] = base_reply.get("model")
+            base["system_fingerprint"] = base_reply.get("system_fingerprint")
+            base.update({f"base_{k}": v for k, v in self._costs(base_outcomes).items() if k in ("cost", "usage")})
+            record["base"] = base
+        return record
 
     # -- results (controller only) ----------------------------------------------------------
     @pytest.hookimpl(tryfirst=True)  # before the terminal reporter writes: the progress status goes first
@@ -356,11 +456,13 @@ class OrbenchPlugin:
         records = list(self.records.values())
         run = self.run_meta()
         run["calls"] = {
-            "made": sum(1 for r in records if r["fetched"]),
-            "stored": sum(1 for r in records if r["from_store"]),
+            "made": sum(r.get("calls_made", int(r["fetched"])) for r in records),
+            "stored": sum(r.get("calls_stored", int(r["from_store"])) for r in records),
             "errors": sum(1 for r in records if r["verdict"] == Verdict.ERROR.value),
         }
         run["spend"] = {"endpoint": _spend(records, "cost", "usage")}
+        if self.settings.base is not None:
+            run["spend"]["base"] = _spend([r["base"] for r in records if "base" in r], "base_cost", "base_usage")
         if self.judge.llm is not None:
             run["judge_calls"] = {
                 "sent_to_llm": sum(1 for r in records if r.get("judge_llm")),
@@ -373,7 +475,24 @@ class OrbenchPlugin:
         run["duration_seconds"] = round(time.time() - self.started, 2)
         expected = {d.name: d.expected for d in self.datasets}
         s = self.settings
-        self.results = assess(results_document(run, summarize(records, expected), records), self.baseline, s.gate)
+        results = results_document(run, summarize(records, expected), records)
+        reference = self.baseline
+        if s.base is not None:
+            # The live base: the same prompts asked under the base configuration in this session.
+            base_records = [{**{k: r[k] for k in ("id", "dataset", "category", "expected", "prompt_sha256")}, **r["base"]}
+                            for r in records if "base" in r]
+            base_run = self.run_meta(1)
+            base_run["served"] = served_versions(base_records)
+            base_results = results_document(base_run, summarize(base_records, expected), base_records)
+            reference = baseline_document(base_results)
+            results["base"] = {"run": {k: base_run[k] for k in ("endpoint", "system_prompt_sha256", "served")},
+                               "datasets": {n: {k: d[k] for k in ("n", "refused", "rejection_rate", "ci95", "errors", "flaky")}
+                                            for n, d in base_results["datasets"].items()}}
+            if self.baseline is not None:
+                results["drift"] = drift(self.baseline, base_results, s.gate.alpha)
+        run["compared_with"] = ("live base" if s.base is not None else
+                                f"baseline file {s.baseline}" if self.baseline is not None else None)
+        self.results = assess(results, reference, s.gate)
         if s.update_baseline and s.baseline is not None:
             reason = self._incomplete(session, exitstatus, records)
             self.results["run"]["baseline_update"] = {"path": str(s.baseline), "written": reason is None, "reason": reason}
@@ -436,7 +555,7 @@ class OrbenchPlugin:
         if self.results is None:
             return
         terminalreporter.write_sep("=", "orbench summary")
-        for line in terminal_lines(self.results["run"], self.results["datasets"]):
+        for line in terminal_lines(self.results["run"], self.results["datasets"]) + drift_lines(self.results.get("drift")):
             terminalreporter.write_line(line)
         for path in (self.settings.json, self.settings.markdown, self.settings.svg, self.settings.junit):
             if path is not None:

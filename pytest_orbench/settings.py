@@ -6,7 +6,7 @@ import difflib
 import hashlib
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,9 @@ from pytest_orbench.dataset import BUILTINS, DatasetError, DatasetSpec, parse_sp
 from pytest_orbench.gate import GateConfig, GateConfigError, parse_gate
 from pytest_orbench.judge import DEFAULT_JUDGE
 from pytest_orbench.spec import SECRET_WORDS, ModelSpec, env_refs, is_env_ref, public_kwargs, redact_url
+
+
+MAX_TRIALS = 20
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("datasets", "list", "hard-1k,toxic", f"comma-separated: {', '.join(BUILTINS)} or FILE.csv|FILE.jsonl[:answer|:refuse]", "--orbench-datasets"),
     Option("sample", "int", None, "run N prompts per dataset, stratified by category", "--orbench-sample"),
     Option("seed", "int", None, "sampling seed (default: random, printed in the header)", "--orbench-seed"),
+    Option("trials", "int", 1, "ask each prompt K times (nondeterministic endpoints): a refusal share per prompt, "
+           "flaky prompts listed", "--orbench-trials"),
     Option("concurrency", "int", 16, "requests in flight for the whole run, across xdist workers", "--orbench-concurrency"),
     Option("progress_every", "float", 10.0, "seconds between fetch progress lines in logs (not on a terminal, where one "
            "status is updated in place); 0 turns them off", "--orbench-progress-every"),
@@ -80,6 +85,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("error_budget", "float", None, "share of prompts that may error before the gate is inconclusive (default 0.02)", "--orbench-error-budget"),
     Option("alpha", "float", None, "significance level of the regression test (default 0.05)", "--orbench-alpha"),
     Option("tolerance_pp", "float", None, "allowed regression in percentage points (default 0)", "--orbench-tolerance-pp"),
+    Option("base", "dict", None, "live base configuration compared with this one prompt by prompt: model, api_base, "
+           "api_key_env, system_prompt / system_prompt_file, temperature, max_tokens, litellm_kwargs (YAML only)", ini=False),
+    Option("base_model", "str", None, "live base: litellm model string asked alongside (default: --orbench-model)",
+           "--orbench-base-model", ini=False),
+    Option("base_system_prompt_file", "str", None, "live base: its system prompt file ('' = no system prompt; default: "
+           "the run's)", "--orbench-base-system-prompt-file", ini=False),
+    Option("base_api_base", "str", None, "live base: endpoint base URL (default: --orbench-api-base when the model "
+           "is the same)", "--orbench-base-api-base", ini=False),
     Option("generate", "dict", None, "settings of `orbench generate` (YAML only; ignored by pytest)", ini=False),
 )
 BY_KEY = {o.key: o for o in OPTIONS}
@@ -201,6 +214,8 @@ class Settings:
     markdown_max_chars: int = 65536
     revision: str | None = None
     progress_every: float = 10.0  # seconds between progress lines in logs; 0 = none
+    trials: int = 1  # each prompt asked this many times
+    base: "Settings | None" = None  # the live base configuration (--orbench-base-*, base:), compared prompt by prompt
 
     @property
     def system_prompt_sha256(self) -> str | None:
@@ -488,9 +503,12 @@ def build_settings(config: pytest.Config) -> Settings:
         raise _fail(f"target {values['target']!r} must look like 'package.module:function'")
     if values["target"]:
         _check_target(values["target"], [config.rootpath, *([config_file.parent] if config_file else [])])
-    for key, low in (("concurrency", 1), ("max_tokens", 1), ("retries", 0), ("sample", 1), ("markdown_max_chars", 2000)):
+    for key, low in (("concurrency", 1), ("max_tokens", 1), ("retries", 0), ("sample", 1), ("markdown_max_chars", 2000),
+                     ("trials", 1)):
         if values[key] is not None and values[key] < low:
             raise _fail(f"{key} must be at least {low}, got {values[key]}")
+    if values["trials"] > MAX_TRIALS:
+        raise _fail(f"trials must be at most {MAX_TRIALS} (each prompt is asked that many times), got {values['trials']}")
     if values["progress_every"] < 0:
         raise _fail(f"progress_every must be 0 (no progress lines) or a number of seconds, got {values['progress_every']}")
     if values["timeout"] <= 0:
@@ -544,7 +562,7 @@ def build_settings(config: pytest.Config) -> Settings:
     judge_spec = _judge(values)
     store = path("store")
     assert store is not None
-    return Settings(
+    settings = Settings(
         model=values["model"],
         target=values["target"],
         api_base=values["api_base"],
@@ -580,4 +598,83 @@ def build_settings(config: pytest.Config) -> Settings:
         markdown_max_chars=values["markdown_max_chars"],
         revision=str(revision).strip() if revision is not None else None,
         progress_every=values["progress_every"],
+        trials=values["trials"],
     )
+    base = _base(values, bases, settings)
+    return replace(settings, base=base) if base is not None else settings
+
+
+BASE_KEYS = ("model", "api_base", "api_key_env", "system_prompt", "system_prompt_file", "temperature", "max_tokens",
+             "litellm_kwargs")
+
+
+def _base(values: dict[str, Any], bases: dict[str, Path], head: Settings) -> Settings | None:
+    """The live base: the run's own configuration with what `base:` and --orbench-base-* change."""
+    block = values["base"]
+    cli = {k: values[f"base_{k}"] for k in ("model", "system_prompt_file", "api_base") if values[f"base_{k}"] is not None}
+    if block is None and not cli:
+        return None
+    block = dict(block or {})
+    unknown = sorted(set(map(str, block)) - set(BASE_KEYS))
+    if unknown:
+        raise _fail(f"base: unknown key(s) {unknown}; allowed: {', '.join(BASE_KEYS)}")
+    folders = {k: bases.get("base", head.store) for k in block}
+    for key, value in cli.items():
+        block[key] = value
+        folders[key] = bases[f"base_{key}"]
+        if key == "system_prompt_file":
+            block.pop("system_prompt", None)
+    where = {k: f"--orbench-base-{k.replace('_', '-')}" if k in cli else f"base.{k}" for k in block}
+    for key, kind in (("model", str), ("api_base", str), ("api_key_env", str), ("system_prompt_file", str),
+                      ("temperature", (int, float)), ("max_tokens", int), ("litellm_kwargs", dict)):
+        if block.get(key) is not None and (not isinstance(block[key], kind) or isinstance(block[key], bool)):
+            raise _fail(f"{where[key]} must be {'a number' if key == 'temperature' else 'an integer' if key == 'max_tokens' else 'a mapping' if key == 'litellm_kwargs' else 'a string'}, got {block[key]!r}")
+    if "system_prompt" in block and "system_prompt_file" in block:
+        raise _fail("base: both system_prompt and system_prompt_file are set; keep one")
+    system_prompt, source = head.system_prompt, head.system_prompt_source
+    if "system_prompt" in block:
+        system_prompt = block["system_prompt"]
+        if system_prompt is not None and not isinstance(system_prompt, str):
+            raise _fail(f"base.system_prompt must be a string (or null: no system prompt), got {system_prompt!r}")
+        source = "base: inline" if system_prompt is not None else None
+    elif "system_prompt_file" in block:
+        name = block["system_prompt_file"]
+        if not name:  # '' : the base has no system prompt (a file absent on the base branch)
+            system_prompt, source = None, None
+        else:
+            file = (folders["system_prompt_file"] / name).resolve()
+            try:
+                system_prompt = file.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+                raise _fail(f"{where['system_prompt_file']} {name}: cannot read it ({reason}); give '' for a base "
+                            "without a system prompt") from None
+            source = str(name)
+    model = block.get("model") or head.model
+    if model is None:  # a target under test: the base calls the same function (with its own system prompt)
+        if any(block.get(k) is not None for k in ("api_base", "api_key_env", "temperature", "max_tokens", "litellm_kwargs")):
+            raise _fail("base: with a target (no model), only the system prompt can differ; set base.model to compare "
+                        "with a model")
+        return replace(head, system_prompt=system_prompt, system_prompt_source=source, base=None)
+    same_model = model == head.model
+    api_base = block.get("api_base") or (head.api_base if same_model else None)
+    api_key_env = block.get("api_key_env") or (head.api_key_env if same_model else None)
+    kwargs = block["litellm_kwargs"] if "litellm_kwargs" in block else (head.litellm_kwargs if same_model else {})
+    kwargs = dict(kwargs or {})
+    _check_secrets(kwargs, "base.litellm_kwargs", "base.api_key_env", head.offline)
+    temperature = float(block.get("temperature", head.temperature))
+    if not 0 <= temperature <= 2:
+        raise _fail(f"{where.get('temperature', 'base.temperature')} must be between 0 and 2, got {temperature}")
+    max_tokens = int(block.get("max_tokens", head.max_tokens))
+    if max_tokens < 1:
+        raise _fail(f"base.max_tokens must be at least 1, got {max_tokens}")
+    api_key = head.api_key if same_model and api_key_env == head.api_key_env and head.target is None else None
+    if not head.offline and not (same_model and head.target is None and api_key_env == head.api_key_env):
+        try:
+            api_key = api_key_for(model, api_base, api_key_env, what="base model",
+                                  key_flag="base.api_key_env")
+        except ValueError as exc:
+            raise _fail(str(exc)) from None
+    return replace(head, model=model, target=None, api_base=api_base, api_key_env=api_key_env, api_key=api_key,
+                   temperature=temperature, max_tokens=max_tokens, litellm_kwargs=kwargs, system_prompt=system_prompt,
+                   system_prompt_source=source, base=None)

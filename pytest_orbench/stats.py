@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from statistics import NormalDist
+from typing import Any
 
 Z95 = NormalDist().inv_cdf(0.975)
 
@@ -113,3 +114,65 @@ def bootstrap_kappa_ci(a: list[str], b: list[str], resamples: int = 2000, seed: 
         values.append(cohen_kappa([a[i] for i in picks], [b[i] for i in picks]))
     values.sort()
     return values[int(0.025 * resamples)], values[min(resamples - 1, int(0.975 * resamples))]
+
+
+EXACT_SUPPORT = 4_000_000  # largest support of the exact sign-flip distribution; beyond it, Monte Carlo
+MC_DRAWS = 100_000
+
+
+def sign_flip_p(differences: list[tuple[int, int, int, int]], seed: int = 0) -> tuple[float, float | None]:
+    """One-sided paired sign-flip permutation p-value for per-prompt share differences, and its Monte
+    Carlo standard error (None when exact).
+
+    Each difference is given as refused/scored trials of the current and the reference run, (a, k, b, m):
+    d = a/k - b/m. Under "no change" each prompt's difference is as likely positive as negative, so
+    the null distribution of T = sum(d) flips every sign independently; p = P(T* >= T observed). With a
+    common denominator the differences are integers, and the distribution is the convolution of one
+    ±|d| coin per prompt, computed exactly. With one trial per prompt every d is -1, 0 or +1 and this
+    is exactly the one-sided exact McNemar test: P(Binomial(regressed + improved, 1/2) >= regressed).
+    """
+    import math as _math
+
+    import numpy as np
+
+    nonzero = [(a, k, b, m) for a, k, b, m in differences if a * m != b * k]
+    if not nonzero:
+        return 1.0, None
+    denominator = 1
+    for _, k, _, m in nonzero:
+        denominator = denominator * k // _math.gcd(denominator, k)
+        denominator = denominator * m // _math.gcd(denominator, m)
+    values = [(a * (denominator // k)) - (b * (denominator // m)) for a, k, b, m in nonzero]
+    observed = sum(values)
+    magnitudes: dict[int, int] = {}
+    for v in values:
+        magnitudes[abs(v)] = magnitudes.get(abs(v), 0) + 1
+    support = 2 * sum(abs(v) for v in values) + 1
+    if support <= EXACT_SUPPORT:
+        # c coins of size v: v * (2 * Binomial(c, 1/2) - c), i.e. Binomial(c, 1/2) on a grid of step 2v.
+        from scipy.stats import binom
+
+        dist = np.ones(1)
+        offset = 0  # index of T = 0 is `offset`
+        for v, count in sorted(magnitudes.items()):
+            step = np.zeros(2 * v * count + 1)
+            step[:: 2 * v] = binom.pmf(np.arange(count + 1), count, 0.5)
+            dist = np.convolve(dist, step) if dist.size * step.size < 5e7 else _fft_convolve(dist, step)
+            offset += v * count
+        p = float(np.clip(dist[offset + observed:].sum(), 0.0, 1.0))
+        return min(1.0, p), None
+    rng = np.random.default_rng(seed)
+    array = np.asarray(values, dtype=np.float64)
+    hits = 0
+    for start in range(0, MC_DRAWS, 10_000):
+        signs = rng.integers(0, 2, size=(min(10_000, MC_DRAWS - start), array.size), dtype=np.int8) * 2 - 1
+        hits += int(((signs @ array) >= observed).sum())
+    p = (hits + 1) / (MC_DRAWS + 1)
+    return p, _math.sqrt(p * (1 - p) / MC_DRAWS)
+
+
+def _fft_convolve(a: Any, b: Any) -> Any:
+    import numpy as np
+    from scipy.signal import fftconvolve
+
+    return np.clip(fftconvolve(a, b), 0.0, None)

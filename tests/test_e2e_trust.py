@@ -162,8 +162,8 @@ def test_regression_checks_share_one_family_wise_alpha(pytester: pytest.Pytester
     checks = [c for c in data["gate"]["checks"] if c["kind"] == "regression"]
     assert [(c["p_value"], c["p_adjusted"]) for c in checks] == [(pytest.approx(1 / 32), pytest.approx(1 / 16))] * 2
     assert data["gate"]["verdict"] == "pass" and both.ret == 0
-    both.stdout.fnmatch_lines(["*p adj.*", "p: one-sided exact McNemar p that the change is a regression (p = 1: no change "
-                               "in the regression direction)*"])
+    both.stdout.fnmatch_lines(["*p adj.*", "p: one-sided p that the change is a regression (exact McNemar with one trial "
+                               "per prompt, *p = 1: no change in the regression direction)*"])
     assert "| p | p adj. |" in (pytester.path / "r.md").read_text(encoding="utf-8")
     alone = pytester.runpytest(*mock_args(mock, "--orbench-datasets", "one.csv:answer", "--orbench-baseline", "b.json",
                                           "--orbench-system-prompt-file", "careful.txt"))

@@ -301,3 +301,24 @@ def test_chart_labels_neither_overlap_nor_clip() -> None:
     # Every model is named on the plot or in the key, which numbers the crowded ones.
     assert {p.label for p in points} <= shown | set(key)
     assert {str(n) for n in range(1, len(key) + 1)} <= shown
+
+
+def test_repeated_trials_compare_refusal_shares_and_old_baselines_still_compare() -> None:
+    base = make_results({"hard-1k": [False] * 60})
+    now = make_results({"hard-1k": [False] * 60})
+    # With 3 trials: 20 prompts refused once of three before; now 12 of them twice of three, 8 unchanged.
+    for i, prompt in enumerate(base["prompts"]):
+        prompt.update(refused_trials=1 if i < 20 else 0, scored_trials=3, refused_share=(1 if i < 20 else 0) / 3)
+    for i, prompt in enumerate(now["prompts"]):
+        refused = 2 if i < 12 else 1 if i < 20 else 0
+        prompt.update(refused_trials=refused, scored_trials=3, refused_share=refused / 3, refused=refused >= 2)
+    block = compare(baseline_document(base), now)["hard-1k"]
+    assert block["delta"] == pytest.approx(12 / 3 / 60) and block["newly_refused"] == 12 and block["improved"] == 0
+    assert block["test"] == "paired sign-flip permutation, exact" and block["p_value"] == pytest.approx(0.5 ** 12)
+    # A baseline from before trials existed (no trial counts): each prompt is one trial.
+    old = baseline_document(make_results({"hard-1k": [False] * 60}))
+    for prompt in old["prompts"]:
+        for key in ("refused_share", "refused_trials", "scored_trials"):
+            prompt.pop(key, None)
+    block = compare(old, now)["hard-1k"]
+    assert block["delta"] == pytest.approx((12 * 2 / 3 + 8 / 3) / 60) and block["n"] == 60

@@ -63,3 +63,40 @@ def test_spearman_on_paper_points() -> None:
     assert rho == pytest.approx(0.8)
     with pytest.raises(ValueError):
         spearman([1, 2], [1, 2])
+
+
+def test_sign_flip_test_is_exact_mcnemar_with_one_trial() -> None:
+    from pytest_orbench.stats import sign_flip_p
+
+    for regressed, improved in ((0, 0), (3, 0), (5, 2), (20, 12), (1, 9), (40, 25)):
+        diffs = [(1, 1, 0, 1)] * regressed + [(0, 1, 1, 1)] * improved + [(1, 1, 1, 1), (0, 1, 0, 1)] * 5
+        p, error = sign_flip_p(diffs)
+        assert error is None and p == pytest.approx(mcnemar_p(regressed, improved), rel=1e-9)
+
+
+def test_sign_flip_test_matches_enumeration_with_shares() -> None:
+    import itertools
+    import random
+    from fractions import Fraction
+
+    from pytest_orbench.stats import sign_flip_p
+
+    rng = random.Random(7)
+    for k, m in ((3, 3), (3, 2), (5, 4)):
+        diffs = [(rng.randint(0, k), k, rng.randint(0, m), m) for _ in range(14)]
+        values = [Fraction(a, k_) - Fraction(b, m_) for a, k_, b, m_ in diffs if Fraction(a, k_) != Fraction(b, m_)]
+        observed = sum(values)
+        hits = sum(sum(s * abs(v) for s, v in zip(signs, values)) >= observed
+                   for signs in itertools.product((1, -1), repeat=len(values)))
+        assert sign_flip_p(diffs) == (pytest.approx(hits / 2 ** len(values), abs=1e-12), None)
+
+
+def test_sign_flip_test_falls_back_to_monte_carlo_and_reports_its_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_orbench import stats
+
+    diffs = [(2, 3, 0, 3)] * 30 + [(0, 3, 1, 3)] * 20 + [(3, 3, 1, 3)] * 5
+    exact, none = stats.sign_flip_p(diffs)
+    monkeypatch.setattr(stats, "EXACT_SUPPORT", 10)
+    estimate, error = stats.sign_flip_p(diffs)
+    assert none is None and error is not None and 0 < error < 0.002
+    assert estimate == pytest.approx(exact, abs=4 * error + 1e-5)

@@ -139,7 +139,7 @@ class SlowCaller:
 
 
 def run_loop(store: Store, caller: object, jobs: list[Job], **kwargs: object) -> None:
-    loop = FetchLoop(store, lambda: caller, run_id="r", **{"concurrency": 5, "retries": 0, **kwargs})  # type: ignore[arg-type]
+    loop = FetchLoop(store, lambda _config: caller, run_id="r", **{"concurrency": 5, "retries": 0, **kwargs})  # type: ignore[arg-type]
     asyncio.run(loop.run(jobs))
 
 
@@ -226,7 +226,7 @@ def test_stop_finishes_requests_in_flight_and_gives_the_rest_an_outcome(tmp_path
 
     async def main() -> None:
         stop = asyncio.Event()
-        loop = FetchLoop(Store(tmp_path), lambda: caller, run_id="r", concurrency=2, retries=0)
+        loop = FetchLoop(Store(tmp_path), lambda _config: caller, run_id="r", concurrency=2, retries=0)
         task = asyncio.create_task(loop.run(jobs, stop))
         await asyncio.sleep(0.5)
         stop.set()  # Ctrl-C: pytest stops the fetch
