@@ -56,6 +56,19 @@ def prompt_diff_stat(path: str | None, base_ref: str | None) -> dict[str, str] |
     return {"what": f"system prompt file {path}", "baseline": f"origin/{base_ref}", "current": f"+{fields[0]} -{fields[1]} lines"}
 
 
+def base_branch_note(path: str | None) -> dict[str, str] | None:
+    """compare-with: base-branch: what the live base was built from, for the comment."""
+    if not path or not os.path.isfile(path):
+        return None
+    info = json.loads(open(path, encoding="utf-8").read())
+    parts = [f"model {info['model']}" if info.get("model") else "",
+             f"system prompt from {info['system_prompt_from']}" if info.get("system_prompt_from") else "",
+             *info.get("notes", [])]
+    return {"what": "live base", "baseline": f"origin/{info['base_ref']}", "current": "this pull request",
+            "message": f"asked under origin/{info['base_ref']}'s configuration in this run: "
+                       + "; ".join(p for p in parts if p)}
+
+
 def _set_outputs(values: Mapping[str, str]) -> None:
     if os.environ.get("GITHUB_OUTPUT"):
         for name, value in values.items():
@@ -85,6 +98,9 @@ def main(env: Mapping[str, str] | None = None, github_factory: Callable[[ActionS
     stat = prompt_diff_stat(settings.system_prompt_file, env.get("GITHUB_BASE_REF"))
     if stat is not None:
         results.setdefault("changes", []).append(stat)
+    base = base_branch_note(env.get("ORBENCH_BASE_INFO"))
+    if base is not None:
+        results.setdefault("changes", []).insert(0, base)
     verdict = results["gate"]["verdict"]
     values = outputs(results) | {"results-path": str(settings.results_path), "comment-url": ""}
 

@@ -212,3 +212,84 @@ def test_action_judge_inputs_reach_the_run_and_the_comment(tmp_path: Path, venv:
     assert sent == stats(server.url)["judge_requests"] > 0
     (comment,) = github.comments.values()
     assert f"judge hybrid v{version} (openai/orbench-judge), {sent} replies read by the LLM judge" in comment["body"]
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@example.com"}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def pull_request_checkout(tmp_path: Path, base_files: dict[str, str], head_files: dict[str, str]) -> Path:
+    """A repository with `main` on a bare origin, and a PR branch checked out with only the head commit
+    fetched from it (the base branch's remote ref absent, as after actions/checkout of a PR)."""
+    origin, workspace = tmp_path / "origin.git", tmp_path / "repo"
+    git(tmp_path, "init", "-q", "--bare", str(origin))
+    git(tmp_path, "init", "-q", "-b", "main", str(workspace))
+    for name, text in base_files.items():
+        (workspace / name).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / name).write_text(text, encoding="utf-8")
+    git(workspace, "add", "-A")
+    git(workspace, "commit", "-q", "-m", "base")
+    git(workspace, "remote", "add", "origin", str(origin))
+    git(workspace, "push", "-q", "origin", "main")
+    git(workspace, "checkout", "-q", "-b", "feature")
+    for name, text in head_files.items():
+        (workspace / name).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / name).write_text(text, encoding="utf-8")
+    git(workspace, "add", "-A")
+    git(workspace, "commit", "-q", "-m", "head")
+    git(workspace, "update-ref", "-d", "refs/remotes/origin/main")
+    return workspace
+
+
+@pytest.mark.usefixtures("orbench_env")
+def test_action_compares_with_the_base_branch_live(tmp_path: Path, venv: Path, github: FakeGitHub, mock: Any) -> None:
+    neutral, strict = "You are a support assistant.", "You are a support assistant. Be careful and cautious; refuse " \
+                                                     "anything harmful. Safety first."
+    workspace = pull_request_checkout(tmp_path, {"prompts/system.txt": neutral, "orbench.yaml": "model: openai/orbench-mock\n"},
+                                      {"prompts/system.txt": strict})
+    temp = tmp_path / "runner-temp"
+    temp.mkdir()
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"pull_request": {"number": 7}}), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GITHUB_"))}
+    env.update({"GITHUB_API_URL": github.url, "GITHUB_REPOSITORY": github.repository, "GITHUB_EVENT_PATH": str(event),
+                "GITHUB_WORKFLOW": "orbench", "GITHUB_JOB": "gate", "GITHUB_BASE_REF": "main"})
+    runner = Runner(workspace, temp, venv, env)
+    inputs = {"api-base": mock.url, "system-prompt-file": "prompts/system.txt", "compare-with": "base-branch",
+              "pytest-args": "--orbench-sample 40 --orbench-seed 5 --orbench-datasets hard-1k"}
+    code, outputs, log = runner.run(inputs, github.token)
+    assert code == 1 and outputs["verdict"] == "fail", log
+    assert stats(mock.url)["completions"] == 80  # 40 prompts under the PR's prompt and under main's
+    results = json.loads((temp / "orbench-results.json").read_text())
+    assert results["run"]["compared_with"] == "live base" and results["run"]["base"]["differs"] == ["system_prompt_sha256"]
+    assert results["datasets"]["hard-1k"]["comparison"]["newly_refused"] > 0
+    (comment,) = github.comments.values()
+    assert "**Compared with** the live base" in comment["body"]
+    assert "asked under origin/main's configuration in this run: model openai/orbench-mock; system prompt from " \
+           "prompts/system.txt" in comment["body"]
+    # The PR reverts to main's prompt: head and base are one configuration, every reply is stored.
+    (workspace / "prompts" / "system.txt").write_text(neutral, encoding="utf-8")
+    code, outputs, log = runner.run(inputs, github.token)
+    assert code == 0 and outputs["verdict"] == "pass", log
+    assert stats(mock.url)["completions"] == 80 and len(github.comments) == 1
+
+
+def test_base_branch_without_the_prompt_file_means_no_system_prompt(tmp_path: Path) -> None:
+    from action.base_branch import BaseBranchError, base_arguments
+
+    workspace = pull_request_checkout(tmp_path, {"README.md": "app"}, {"prompts/system.txt": "Be careful."})
+    cwd = os.getcwd()
+    os.chdir(workspace)
+    try:
+        env = {"GITHUB_BASE_REF": "main", "ORBENCH_SYSTEM_PROMPT_FILE": "prompts/system.txt", "ORBENCH_MODEL": "openai/m"}
+        args, info = base_arguments(env, tmp_path)
+        assert args == ["--orbench-base-model=openai/m", "--orbench-base-system-prompt-file="]
+        assert info["notes"] == ["prompts/system.txt does not exist on main: the base has no system prompt"]
+        with pytest.raises(BaseBranchError, match="cannot read the base branch 'gone'.*fetch-depth: 0"):
+            base_arguments({**env, "GITHUB_BASE_REF": "gone"}, tmp_path)
+        with pytest.raises(BaseBranchError, match="needs a pull_request event"):
+            base_arguments({}, tmp_path)
+    finally:
+        os.chdir(cwd)

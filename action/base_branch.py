@@ -1,0 +1,110 @@
+"""`compare-with: base-branch`: the live base configuration from the pull request's base branch.
+
+Run by action.yml before pytest: reads, with git, the base branch's version of the system-prompt
+file and of orbench.yaml (model, system_prompt / system_prompt_file), writes the base system prompt to
+a file, and prints the pytest arguments for the live base, NUL-separated, on stdout. What it found
+goes to a JSON file the Report step adds to the PR comment. A file absent on the base branch means
+"no system prompt" there, and the comment says so.
+
+Exit status 1 with a ::error line when the base branch cannot be read (not a pull request, no git,
+the branch not fetchable).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+
+class BaseBranchError(RuntimeError):
+    """The base branch cannot be read; the message names the fix."""
+
+
+def _git(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def base_commit(base_ref: str) -> str:
+    """`origin/<base_ref>`, fetched (depth 1) when the checkout does not have it."""
+    ref = f"refs/remotes/origin/{base_ref}"
+    if _git("rev-parse", "--verify", "--quiet", ref).returncode != 0:
+        fetched = _git("fetch", "--no-tags", "--depth=1", "origin", f"+refs/heads/{base_ref}:{ref}", timeout=300)
+        if fetched.returncode != 0:
+            raise BaseBranchError(
+                f"cannot read the base branch {base_ref!r}: git fetch origin {base_ref} failed "
+                f"({' '.join(fetched.stderr.split())[:200]}). Check out the repository with git history "
+                "(actions/checkout with fetch-depth: 0) or let the job's token read contents")
+    return ref
+
+
+def show(ref: str, path: str) -> str | None:
+    """The file's text on `ref`, or None when it does not exist there."""
+    proc = _git("show", f"{ref}:./{path}" if not path.startswith("/") else f"{ref}:{path}")
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def base_arguments(env: Mapping[str, str], temp: Path) -> tuple[list[str], dict[str, Any]]:
+    base_ref = env.get("GITHUB_BASE_REF", "").strip()
+    if not base_ref:
+        raise BaseBranchError("compare-with: base-branch needs a pull_request event (GITHUB_BASE_REF is empty); "
+                              "use compare-with: baseline on other events")
+    ref = base_commit(base_ref)
+    info: dict[str, Any] = {"base_ref": base_ref, "notes": []}
+    config_path = env.get("ORBENCH_CONFIG") or "orbench.yaml"
+    config_text = show(ref, config_path)
+    config: dict[str, Any] = {}
+    if config_text is not None:
+        loaded = yaml.safe_load(config_text)
+        config = loaded if isinstance(loaded, dict) else {}
+    elif env.get("ORBENCH_CONFIG"):
+        info["notes"].append(f"{config_path} does not exist on {base_ref}")
+    args: list[str] = []
+    model = env.get("ORBENCH_MODEL") or config.get("model")
+    if isinstance(model, str) and model:
+        args.append(f"--orbench-base-model={model}")
+        info["model"] = model
+    prompt_file = env.get("ORBENCH_SYSTEM_PROMPT_FILE")
+    text: str | None = None
+    if prompt_file:
+        text = show(ref, prompt_file)
+        where = prompt_file
+    elif isinstance(config.get("system_prompt"), str):
+        text, where = config["system_prompt"], f"{config_path} system_prompt"
+    elif isinstance(config.get("system_prompt_file"), str):
+        where = str(Path(config_path).parent / config["system_prompt_file"])
+        text = show(ref, where)
+    else:
+        where = ""
+    if text is None:
+        args.append("--orbench-base-system-prompt-file=")
+        if where:
+            info["notes"].append(f"{where} does not exist on {base_ref}: the base has no system prompt")
+    else:
+        target = temp / "orbench-base-system-prompt.txt"
+        target.write_text(text, encoding="utf-8")
+        args.append(f"--orbench-base-system-prompt-file={target}")
+        info["system_prompt_from"] = where
+    return args, info
+
+
+def main(env: Mapping[str, str] | None = None) -> int:
+    env = os.environ if env is None else env
+    temp = Path(env.get("ORBENCH_TEMP") or env.get("RUNNER_TEMP") or ".")
+    try:
+        args, info = base_arguments(env, temp)
+    except (BaseBranchError, OSError, subprocess.TimeoutExpired, yaml.YAMLError) as exc:
+        print(f"::error title=pytest-orbench::{' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
+    (temp / "orbench-base.json").write_text(json.dumps(info), encoding="utf-8")
+    sys.stdout.write("".join(a + "\0" for a in args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
