@@ -76,12 +76,13 @@ def plugin_cmd(url: str, store: Path, concurrency: int, *extra: str) -> list[str
             "-p", "no:randomly", *extra, "."]
 
 
-def bare_pytest(n: int, work: Path, env: dict[str, str]) -> float:
+def bare_pytest(n: int, work: Path, env: dict[str, str], *extra: str) -> float:
     folder = work / f"bare{n}"
     folder.mkdir(exist_ok=True)
     (folder / "test_bare.py").write_text(
         f"import pytest\n\n@pytest.mark.parametrize('i', range({n}))\ndef test_trivial(i):\n    assert i >= 0\n")
-    elapsed, _ = timed([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "."], folder, env)
+    elapsed, _ = timed([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *extra, "."],
+                       folder, env)
     return elapsed
 
 
@@ -177,16 +178,23 @@ def main() -> int:
     for latency, concurrency in ((0.25, 32), (0.25, 64), (0.05, 64)):
         rows.append(fetch_pairs(n, latency, concurrency, args.repeats, work, runs, data_dir, env))
 
-    # xdist: -n 2 against -n 0 at the same (session-wide) concurrency, interleaved.
-    serial, parallel, duplicates = [], [], 0
-    for repeat in range(args.repeats):
-        with mock_server("--latency", "0.05") as url:
-            serial.append(timed(plugin_cmd(url, work / f"x0-{repeat}", 64), runs, env)[0])
-        with mock_server("--latency", "0.05") as url:
-            parallel.append(timed(plugin_cmd(url, work / f"x2-{repeat}", 64, "-n", "2"), runs, env)[0])
-            duplicates += int(server_stats(url)["duplicates"])  # type: ignore[call-overload]
-    rows.append(f"| xdist: -n 2 vs -n 0, L=0.05s, C=64 for the session ({duplicates} duplicate calls) | {summary(parallel)} | "
-                f"{summary(serial)} | {statistics.median(parallel) / statistics.median(serial):.2f}x | <= 1.05x, no duplicates |")
+    # xdist: -n 2 against -n 0 at the same (session-wide) concurrency, interleaved; and the floor:
+    # what -n 2 costs bare pytest on as many trivial tests (two more interpreters, collected twice).
+    for latency, concurrency in ((0.25, 32), (0.05, 64)):
+        serial, parallel, duplicates = [], [], 0
+        for repeat in range(args.repeats):
+            with mock_server("--latency", str(latency)) as url:
+                serial.append(timed(plugin_cmd(url, work / f"x0-{latency}-{repeat}", concurrency), runs, env)[0])
+            with mock_server("--latency", str(latency)) as url:
+                parallel.append(timed(plugin_cmd(url, work / f"x2-{latency}-{repeat}", concurrency, "-n", "2"), runs, env)[0])
+                duplicates += int(server_stats(url)["duplicates"])  # type: ignore[call-overload]
+        rows.append(f"| xdist: -n 2 vs -n 0, L={latency}s, C={concurrency} for the session ({duplicates} duplicate calls) | "
+                    f"{summary(parallel)} | {summary(serial)} | {statistics.median(parallel) / statistics.median(serial):.2f}x | "
+                    "<= 1.05x, no duplicates |")
+    floor_n0 = [bare_pytest(n, work, env) for _ in range(args.repeats)]
+    floor_n2 = [bare_pytest(n, work, env, "-n", "2") for _ in range(args.repeats)]
+    rows.append(f"| xdist floor: bare pytest -n 2 vs -n 0, {n} trivial tests | {summary(floor_n2)} | {summary(floor_n0)} | "
+                f"+{statistics.median(floor_n2) - statistics.median(floor_n0):.2f}s | (xdist's own start) |")
     if args.only == "fetch":
         print("\n".join(rows))
         return 0
