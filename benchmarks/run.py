@@ -24,7 +24,7 @@ import time
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -64,6 +64,18 @@ def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, str]:
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"{' '.join(cmd[:6])}... exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     return elapsed, proc.stdout
+
+
+class Rows(list[str]):
+    """Table rows, each also written to stderr as soon as it is measured (a long run shows its progress)."""
+
+    def append(self, row: str) -> None:
+        print(row, file=sys.stderr, flush=True)
+        super().append(row)
+
+    def extend(self, rows: Iterable[str]) -> None:  # type: ignore[override]
+        for row in rows:
+            self.append(row)
 
 
 def summary(values: list[float]) -> str:
@@ -117,6 +129,8 @@ def judge_speed(repeats: int, env: dict[str, str]) -> list[str]:
     what = "refusal-dev.csv (real replies)" if dev.is_file() else "tests/data (hand-written replies)"
     rows = []
     for name, shortest in (("keyword", 0), ("keyword", 1500), ("prefix", 0)):
+        if shortest and not dev.is_file():
+            continue  # the hand-written replies are all short
         out = subprocess.run([sys.executable, "-c", JUDGE_SPEED, name, str(repeats), str(shortest), *map(str, files)],
                              env=env, capture_output=True, text=True, timeout=600, check=True).stdout
         result = json.loads(out)
@@ -169,7 +183,7 @@ def main() -> int:
         return 0
     env = {**os.environ, "ORBENCH_DATA_DIR": str(data_dir), "OPENAI_API_KEY": "sk-bench", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     n = sum(sum(1 for _ in csv.DictReader((data_dir / f).open(encoding="utf-8", newline=""))) for f in FILES)
-    rows: list[str] = []
+    rows: list[str] = Rows()
     work = Path(tempfile.mkdtemp(prefix="orbench-bench-"))
     runs = work / "runs"  # an empty folder: plugin runs collect nothing but the prompts
     runs.mkdir()

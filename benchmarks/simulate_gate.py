@@ -7,10 +7,12 @@ the toxic set (655 prompts), prompt by prompt, exactly as the gate does (baselin
 McNemar with one trial, the paired sign-flip permutation test on refusal shares with K trials; Holm
 across the two regression checks; tolerance 0).
 
-Flakiness: every prompt has a refusal probability. A share `flip` of the prompts are flaky: their
-probability is drawn from Beta(2, 2) (refused some of the time); the others are settled: refused with
-probability 0 or 1, drawn so that the dataset's rejection rate is realistic (Hard-1K ~ 35%, toxic ~
-85%). Each trial of each prompt is a fresh draw. A no-change PR draws base and head from the same
+Flakiness: every prompt has a refusal probability. Flaky prompts draw theirs from Beta(2, 2) (refused
+some of the time); the others are settled: refused with probability 0 or 1, drawn so that the
+dataset's rejection rate is realistic (Hard-1K ~ 35%, toxic ~ 85%). The flip rate is the share of
+prompts whose single-trial verdict differs between two runs of the same configuration; with Beta(2, 2)
+a flaky prompt flips with probability 2 E[p(1 - p)] = 0.4, so a flip rate f needs f / 0.4 of the
+prompts flaky (10% flips: a quarter of the prompts). Each trial of each prompt is a fresh draw. A no-change PR draws base and head from the same
 probabilities; a regression of +d pp on Hard-1K moves enough settled-answered prompts to "refused
 every time" for the expected rate to rise by d (no change on toxic). The false-alarm rate is the
 share of no-change PRs the gate fails (family-wise over both checks); power is the share of +d PRs
@@ -35,8 +37,11 @@ from pytest_orbench.gate import holm  # noqa: E402
 SETS = (("hard-1k", 1319, 0.35, "answer"), ("toxic", 655, 0.85, "refuse"))
 
 
+FLIP_PER_FLAKY = 0.4  # 2 E[p (1 - p)] for p ~ Beta(2, 2)
+
+
 def probabilities(rng: np.random.Generator, n: int, rate: float, flip: float) -> np.ndarray:
-    flaky = rng.random(n) < flip
+    flaky = rng.random(n) < flip / FLIP_PER_FLAKY
     p = np.where(rng.random(n) < rate, 1.0, 0.0)
     p[flaky] = rng.beta(2, 2, size=int(flaky.sum()))
     return p
@@ -111,7 +116,7 @@ def main() -> int:
     started = time.perf_counter()
     print(f"Gate simulation, {time.strftime('%Y-%m-%d')}: {args.prs} simulated PRs per cell, alpha {args.alpha} "
           f"family-wise (Holm over hard-1k and toxic), seed {args.seed}\n")
-    print("| flaky prompts | trials K | false alarms (no change) | " + " | ".join(f"power +{100 * d:g} pp" for d in deltas)
+    print("| flip rate (measured) | trials K | false alarms (no change) | " + " | ".join(f"power +{100 * d:g} pp" for d in deltas)
           + " | Hard-1K prompts for 80% power at " + ", ".join(f"+{100 * d:g}" for d in deltas) + " pp (K = 1) |")
     print("|--:|--:|--:|" + "--:|" * len(deltas) + "--:|")
     for flip in flips:
@@ -121,7 +126,7 @@ def main() -> int:
             power = [simulate(args.prs, flip, k, d, args.alpha, seed + 1 + i)[0] for i, d in enumerate(deltas)]
             se = (false_alarm * (1 - false_alarm) / args.prs) ** 0.5
             needed = ", ".join(f"{prompts_needed(d, noise, args.alpha):,}" for d in deltas) if k == 1 else "—"
-            print(f"| {100 * flip:g}% | {k} | {100 * false_alarm:.1f}% (s.e. {100 * se:.1f}) | "
+            print(f"| {100 * flip:g}% ({100 * noise:.1f}%) | {k} | {100 * false_alarm:.1f}% (s.e. {100 * se:.1f}) | "
                   + " | ".join(f"{100 * x:.1f}%" for x in power) + f" | {needed} |")
             sys.stdout.flush()
     print(f"\n({time.perf_counter() - started:.0f} s; calls to an endpoint: 0; cpu count {os.cpu_count()})")

@@ -19,10 +19,12 @@ from tests.conftest import mock_args, stats
 pytestmark = pytest.mark.usefixtures("orbench_env")
 
 
-def flips(data_dir: Path, filename: str, before: str | None, after: str | None) -> tuple[int, int]:
-    """(newly refused, newly answered) per the simulator's own policy."""
+def flips(data_dir: Path, filename: str, before: str | None, after: str | None,
+          only: set[str] | None = None) -> tuple[int, int]:
+    """(newly refused, newly answered) per the simulator's own policy (of the prompts `only`, if given)."""
     with (data_dir / filename).open(encoding="utf-8", newline="") as fh:
-        pairs = [(decide(r["prompt"], before) != "answer", decide(r["prompt"], after) != "answer") for r in csv.DictReader(fh)]
+        pairs = [(decide(r["prompt"], before) != "answer", decide(r["prompt"], after) != "answer") for r in csv.DictReader(fh)
+                 if only is None or r["prompt"] in only]
     return sum(1 for b, a in pairs if a and not b), sum(1 for b, a in pairs if b and not a)
 
 
@@ -34,15 +36,19 @@ def load(path: Path) -> dict[str, Any]:
 def test_gate_fails_stricter_and_looser_prompts_and_passes_the_same(pytester: pytest.Pytester, mock: Any, data_dir: Path) -> None:
     pytester.path.joinpath("careful.txt").write_text("Be careful.", encoding="utf-8")
     pytester.path.joinpath("helpful.txt").write_text("Be helpful.", encoding="utf-8")
-    made = pytester.runpytest(*mock_args(mock, "--orbench-baseline", "baseline.json", "--orbench-update-baseline"))
+    # A fixed sample of 400 per dataset: the simulator's policy stays an exact oracle on it.
+    sample = ("--orbench-sample", "400", "--orbench-seed", "11")
+    made = pytester.runpytest(*mock_args(mock, *sample, "--orbench-baseline", "baseline.json", "--orbench-update-baseline"))
     assert made.ret == 0
     made.stdout.fnmatch_lines(["baseline updated: *baseline.json (review and commit it)"])
 
-    careful = pytester.runpytest(*mock_args(mock, "--orbench-baseline", "baseline.json", "--orbench-system-prompt-file",
+    careful = pytester.runpytest(*mock_args(mock, *sample, "--orbench-baseline", "baseline.json", "--orbench-system-prompt-file",
                                             "careful.txt", "--orbench-json", "careful.json", "--orbench-junit", "gate.xml",
                                             "--orbench-markdown", "report.md", "--orbench-svg", "chart.svg"))
-    newly_refused, newly_answered = flips(data_dir, "or-bench-hard-1k.csv", None, "Be careful.")
-    assert newly_refused > 40 and newly_answered == 0  # the simulator is monotone in strictness
+    asked = {p["prompt"] for p in load(pytester.path / "careful.json")["prompts"]}
+    assert len(asked) == 800
+    newly_refused, newly_answered = flips(data_dir, "or-bench-hard-1k.csv", None, "Be careful.", asked)
+    assert newly_refused > 10 and newly_answered == 0  # the simulator is monotone in strictness
     p = 0.5**newly_refused
     assert careful.ret == 1
     careful.stdout.fnmatch_lines([
@@ -54,7 +60,7 @@ def test_gate_fails_stricter_and_looser_prompts_and_passes_the_same(pytester: py
     comparison = data["datasets"]["hard-1k"]["comparison"]
     assert comparison["newly_refused"] == newly_refused and comparison["newly_answered"] == 0
     assert comparison["p_value"] == pytest.approx(p)
-    assert comparison["delta"] == pytest.approx(newly_refused / 1319)
+    assert comparison["delta"] == pytest.approx(newly_refused / 400)
     assert set(comparison) >= {"baseline_refused", "refused", "newly_refused", "newly_answered", "delta", "delta_ci95", "p_value"}
     assert data["gate"]["passed"] is False
     assert {c["name"]: c["outcome"] for c in data["gate"]["checks"]}["hard-1k regression (more refusals)"] == "fail"
@@ -63,16 +69,16 @@ def test_gate_fails_stricter_and_looser_prompts_and_passes_the_same(pytester: py
     assert f"{100 * comparison['baseline_rate']:.1f}%" in (pytester.path / "report.md").read_text()
     assert (pytester.path / "chart.svg").read_text().startswith("<svg")
 
-    helpful = pytester.runpytest(*mock_args(mock, "--orbench-baseline", "baseline.json", "--orbench-system-prompt-file",
+    helpful = pytester.runpytest(*mock_args(mock, *sample, "--orbench-baseline", "baseline.json", "--orbench-system-prompt-file",
                                             "helpful.txt", "--orbench-json", "helpful.json"))
-    _, toxic_answered = flips(data_dir, "or-bench-toxic.csv", None, "Be helpful.")
+    _, toxic_answered = flips(data_dir, "or-bench-toxic.csv", None, "Be helpful.", asked)
     assert helpful.ret == 1
     helpful.stdout.fnmatch_lines([f"  FAIL: toxic regression (fewer refusals): *({toxic_answered} regressed, 0 improved)*"])
     failed = [c["name"] for c in load(pytester.path / "helpful.json")["gate"]["checks"] if c["outcome"] == "fail"]
     assert failed == ["toxic regression (fewer refusals)"]  # hard-1k improved
 
     before = stats(mock.url)["requests"]
-    same = pytester.runpytest(*mock_args(mock, "--orbench-baseline", "baseline.json"))
+    same = pytester.runpytest(*mock_args(mock, *sample, "--orbench-baseline", "baseline.json"))
     assert same.ret == 0
     same.stdout.fnmatch_lines(["orbench gate: PASS"])
     assert stats(mock.url)["requests"] == before  # all from the store
@@ -86,11 +92,14 @@ def test_gate_fails_stricter_and_looser_prompts_and_passes_the_same(pytester: py
 
 
 def test_strict_fails_each_newly_refused_prompt(pytester: pytest.Pytester, mock: Any, data_dir: Path) -> None:
-    args = ("--orbench-datasets", "hard-1k", "--orbench-baseline", "b.json")
+    args = ("--orbench-datasets", "hard-1k", "--orbench-baseline", "b.json", "--orbench-sample", "400", "--orbench-seed", "12")
     pytester.runpytest(*mock_args(mock, *args, "--orbench-update-baseline"))
     pytester.path.joinpath("careful.txt").write_text("Be careful.", encoding="utf-8")
-    strict = pytester.runpytest(*mock_args(mock, *args, "--orbench-strict", "--orbench-system-prompt-file", "careful.txt"))
-    newly_refused, _ = flips(data_dir, "or-bench-hard-1k.csv", None, "Be careful.")
+    strict = pytester.runpytest(*mock_args(mock, *args, "--orbench-strict", "--orbench-system-prompt-file", "careful.txt",
+                                           "--orbench-json", "strict.json"))
+    asked = {p["prompt"] for p in load(pytester.path / "strict.json")["prompts"]}
+    newly_refused, _ = flips(data_dir, "or-bench-hard-1k.csv", None, "Be careful.", asked)
+    assert len(asked) == 400 and newly_refused > 10
     assert strict.parseoutcomes()["failed"] == newly_refused
     strict.stdout.fnmatch_lines(["*--orbench-strict: newly refused (the baseline answered it)*"])
 
