@@ -73,7 +73,7 @@ class Rows(list[str]):
         print(row, file=sys.stderr, flush=True)
         super().append(row)
 
-    def extend(self, rows: Iterable[str]) -> None:  # type: ignore[override]
+    def extend(self, rows: Iterable[str]) -> None:
         for row in rows:
             self.append(row)
 
