@@ -173,7 +173,7 @@ def fetch_pairs(n: int, latency: float, concurrency: int, repeats: int, work: Pa
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--only", choices=("judge", "fetch"), help="run only this part")
+    parser.add_argument("--only", choices=("judge", "fetch", "warm"), help="run only this part")
     parser.add_argument("--data-dir", default=os.environ.get("ORBENCH_DATA_DIR", str(REPO.parent / "shared" / "datasets")))
     args = parser.parse_args()
     data_dir = Path(args.data_dir).resolve()
@@ -189,12 +189,12 @@ def main() -> int:
     runs.mkdir()
     rows.append("| measurement | plugin s | reference s | ratio | target |")
     rows.append("|---|--:|--:|--:|---|")
-    for latency, concurrency in ((0.25, 32), (0.25, 64), (0.05, 64)):
+    for latency, concurrency in ((0.25, 32), (0.25, 64), (0.05, 64)) if args.only != "warm" else ():
         rows.append(fetch_pairs(n, latency, concurrency, args.repeats, work, runs, data_dir, env))
 
     # xdist: -n 2 against -n 0 at the same (session-wide) concurrency, interleaved; and the floor:
     # what -n 2 costs bare pytest on as many trivial tests (two more interpreters, collected twice).
-    for latency, concurrency in ((0.25, 32), (0.05, 64)):
+    for latency, concurrency in ((0.25, 32), (0.05, 64)) if args.only != "warm" else ():
         serial, parallel, duplicates = [], [], 0
         for repeat in range(args.repeats):
             with mock_server("--latency", str(latency)) as url:
@@ -205,10 +205,11 @@ def main() -> int:
         rows.append(f"| xdist: -n 2 vs -n 0, L={latency}s, C={concurrency} for the session ({duplicates} duplicate calls) | "
                     f"{summary(parallel)} | {summary(serial)} | {statistics.median(parallel) / statistics.median(serial):.2f}x | "
                     "<= 1.05x, no duplicates |")
-    floor_n0 = [bare_pytest(n, work, env) for _ in range(args.repeats)]
-    floor_n2 = [bare_pytest(n, work, env, "-n", "2") for _ in range(args.repeats)]
-    rows.append(f"| xdist floor: bare pytest -n 2 vs -n 0, {n} trivial tests | {summary(floor_n2)} | {summary(floor_n0)} | "
-                f"+{statistics.median(floor_n2) - statistics.median(floor_n0):.2f}s | (xdist's own start) |")
+    if args.only != "warm":
+        floor_n0 = [bare_pytest(n, work, env) for _ in range(args.repeats)]
+        floor_n2 = [bare_pytest(n, work, env, "-n", "2") for _ in range(args.repeats)]
+        rows.append(f"| xdist floor: bare pytest -n 2 vs -n 0, {n} trivial tests | {summary(floor_n2)} | {summary(floor_n0)} | "
+                    f"+{statistics.median(floor_n2) - statistics.median(floor_n0):.2f}s | (xdist's own start) |")
     if args.only == "fetch":
         print("\n".join(rows))
         return 0
@@ -227,6 +228,9 @@ def main() -> int:
     rows.append(f"| warm re-run, {n} prompts (litellm imported: {'yes' if imported else 'no'}; calls: "
                 f"{'0' if calls else 'some'}) vs bare pytest, {n} trivial tests | {summary(warm)} | {summary(bare)} | "
                 f"{statistics.median(warm) / statistics.median(bare):.2f}x | <= 1.3x, no litellm import |")
+    if args.only == "warm":
+        print("\n".join(rows))
+        return 0
 
     # Scale: an 80,000-prompt synthetic dataset, warm store, offline.
     scale = 80_000

@@ -19,7 +19,7 @@ from pytest_orbench.baseline import (
 from pytest_orbench.dataset import Dataset, DatasetError, Prompt, default_cache_dir, load_dataset, stratified_sample
 from pytest_orbench.gate import BLOCKING, assess
 from pytest_orbench.outputs import write_outputs
-from pytest_orbench.judge import Verdict, make_judge
+from pytest_orbench.judge import Judgement, Verdict, make_judge
 from pytest_orbench.judging import final_judgement, reply_text
 from pytest_orbench.report import (
     drift_lines, gate_lines, header_line, results_document, served_versions, summarize, term_safe, terminal_lines, xfail_line,
@@ -30,6 +30,9 @@ from pytest_orbench.fetcher import Outcome
 from pytest_orbench.settings import Settings, format_age
 from pytest_orbench.spec import redact_url
 from pytest_orbench.store import response_key
+
+
+CACHED_JUDGES = ("keyword", "prefix")  # deterministic, versioned: their verdicts on a reply are stored
 
 
 class DatasetNode(pytest.Collector):
@@ -163,6 +166,7 @@ class OrbenchPlugin:
                 raise pytest.UsageError(f"pytest-orbench: {exc}") from None
             self.baseline_refused = {p["id"]: p["refused"] for p in self.baseline["prompts"]}
         self.forgiven_errors = 0
+        self._new_verdicts: list[tuple[str, str, str]] = []
         self.records: dict[str, dict[str, Any]] = {}
         self.started = time.time()
         self.results: dict[str, Any] | None = None
@@ -300,6 +304,7 @@ class OrbenchPlugin:
             return (yield)
         finally:
             self.progress.stop()
+            self._save_verdicts()
             self.coordinator.stop()
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
@@ -377,12 +382,32 @@ class OrbenchPlugin:
         reply = outcome.record
         text = reply_text(reply)
         try:
-            judgement = final_judgement(self.judge, item.prompt.text, reply, outcome.judge)
+            judgement = self._judgement(item.prompt.text, reply, outcome.judge)
         except Exception as exc:  # a custom judge that raised or returned something that is no verdict
             return {"verdict": Verdict.ERROR.value, "refused": None, "judge_reason": "", "reply": reply, "text": text,
                     "error": f"judge {self.judge.id} failed: {type(exc).__name__}: {exc}"}
         return {"verdict": judgement.verdict.value, "refused": judgement.verdict.refused, "judge_reason": judgement.reason,
                 "error": None, "reply": reply, "text": text}
+
+    def _judgement(self, prompt: str, reply: dict[str, Any], judged: dict[str, Any] | None) -> Judgement:
+        """The judge's verdict; a built-in offline judge's verdict on a stored reply is kept in the store
+        (keyed by judge id and version, prompt and reply), so a re-run does not judge it again."""
+        store = self.coordinator.store
+        if self.settings.judge not in CACHED_JUDGES or store is None:
+            return final_judgement(self.judge, prompt, reply, judged)
+        key = response_key({"verdict_of": self.judge.id, "version": self.judge.version, "prompt": prompt,
+                            "reply": reply_text(reply), "finish_reason": reply.get("finish_reason")})
+        found = store.verdicts([key]).get(key)
+        if found is not None:
+            return Judgement(Verdict(found[0]), found[1])
+        judgement = final_judgement(self.judge, prompt, reply, judged)
+        self._new_verdicts.append((key, judgement.verdict.value, judgement.reason))
+        return judgement
+
+    def _save_verdicts(self) -> None:
+        rows, self._new_verdicts = self._new_verdicts, []
+        if rows and self.coordinator.store is not None:
+            self.coordinator.store.put_verdicts(rows)
 
     def _combined(self, item: PromptItem, outcomes: list[Outcome]) -> dict[str, Any]:
         """Every trial's verdict, and the prompt's: refusal share = refused / scored trials; refused when

@@ -45,6 +45,11 @@ CREATE TABLE IF NOT EXISTS outcomes (
     judge_fetched INTEGER NOT NULL,
     PRIMARY KEY (run, key)
 );
+CREATE TABLE IF NOT EXISTS verdicts (  -- an offline judge's verdict on a stored reply (key: judge id, version, reply)
+    key TEXT PRIMARY KEY,
+    verdict TEXT NOT NULL,
+    reason TEXT NOT NULL
+);
 """
 KEY_VERSION = 1
 
@@ -145,6 +150,25 @@ class Store:
             stale += conn.execute(f"SELECT COUNT(*) FROM responses WHERE key IN ({marks}) AND created < ?",
                                   (*chunk, oldest)).fetchone()[0]
         return int(stale)
+
+    def verdicts(self, keys: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """Stored verdicts (verdict, reason) of a built-in offline judge, by verdict key."""
+        keys, found = list(keys), {}
+        conn = self._conn()
+        for start in range(0, len(keys), 500):
+            chunk = keys[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            for key, verdict, reason in conn.execute(f"SELECT key, verdict, reason FROM verdicts WHERE key IN ({marks})",
+                                                     chunk):
+                found[key] = (verdict, reason)
+        return found
+
+    def put_verdicts(self, rows: list[tuple[str, str, str]]) -> None:
+        if rows:
+            conn = self._conn()
+            conn.execute("BEGIN")
+            conn.executemany("INSERT OR REPLACE INTO verdicts (key, verdict, reason) VALUES (?, ?, ?)", rows)
+            conn.execute("COMMIT")
 
     def put(self, key: str, record: dict[str, Any]) -> None:
         self._conn().execute(

@@ -20,9 +20,6 @@ import yaml
 from tests.conftest import REPO, stats
 from tests.github_api import FakeGitHub
 
-# One worker runs this module (scripts/test uses --dist loadgroup): the Action is installed into its
-# fresh environment once, not once per worker.
-pytestmark = pytest.mark.xdist_group("action-venv")
 EXPRESSION = re.compile(r"\$\{\{\s*(.+?)\s*\}\}")
 
 

@@ -140,3 +140,22 @@ def test_base_settings_are_checked_before_any_call(pytester: pytest.Pytester, mo
     result = pytester.runpytest(*mock_args(mock, "--orbench-trials", "0"))
     result.stderr.fnmatch_lines(["*trials must be at least 1, got 0*"])
     assert stats(mock.url)["requests"] == 0
+
+
+def test_offline_verdicts_are_stored_and_reused_per_judge_version(pytester: pytest.Pytester, mock: MockServer) -> None:
+    import sqlite3
+
+    args = mock_args(mock, "--orbench-datasets", "hard-1k", "--orbench-sample", "10", "--orbench-seed", "4",
+                     "--orbench-json", "r.json")
+    assert pytester.runpytest(*args).ret == 0
+    db = pytester.path / ".orbench" / "responses.sqlite3"
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM verdicts").fetchone()[0] == 10
+        conn.execute("UPDATE verdicts SET verdict = 'direct_refusal', reason = 'from the store'")
+    pytester.runpytest(*args)
+    prompts = load(pytester.path / "r.json")["prompts"]
+    assert {(p["verdict"], p["judge_reason"]) for p in prompts} == {("direct_refusal", "from the store")}
+    # Another judge (or version) has verdicts of its own.
+    pytester.runpytest(*args, "--orbench-judge", "prefix")
+    assert {p["judge_reason"] for p in load(pytester.path / "r.json")["prompts"]} != {"from the store"}
+    assert stats(mock.url)["completions"] == 10
