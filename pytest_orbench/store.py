@@ -52,6 +52,9 @@ CREATE TABLE IF NOT EXISTS verdicts (  -- an offline judge's verdict on a stored
 );
 """
 KEY_VERSION = 1
+CACHEDIR_TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
+                "# This file is a cache directory tag created by pytest-orbench: stored endpoint replies.\n"
+                "# For information about cache directory tags, see https://bford.info/cachedir/\n")
 
 
 def response_key(fields: dict[str, Any]) -> str:
@@ -71,6 +74,14 @@ class Store:
 
     def __init__(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
+        tag = directory / "CACHEDIR.TAG"
+        if not tag.exists():
+            # Backup tools skip a folder holding this file (https://bford.info/cachedir/); the replies can
+            # be fetched again. Written once; a read-only folder keeps working without it.
+            try:
+                tag.write_text(CACHEDIR_TAG, encoding="utf-8")
+            except OSError:
+                pass
         ignore = directory / ".gitignore"
         if not ignore.exists():
             # Like .pytest_cache: the store is a convenience, never something to commit.

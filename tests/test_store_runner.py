@@ -26,6 +26,7 @@ def test_key_depends_on_every_field_and_not_on_order() -> None:
 def test_store_round_trip_ages_and_runs(tmp_path: Path) -> None:
     store = Store(tmp_path / "s")
     assert (tmp_path / "s" / ".gitignore").read_text().endswith("*\n")
+    assert (tmp_path / "s" / "CACHEDIR.TAG").read_text().startswith("Signature: 8a477f597d28d172789f06886806bc55")
     before = time.time()
     store.put("k", {"text": "hi"})
     got = store.get("k")
