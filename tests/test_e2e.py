@@ -18,10 +18,12 @@ from tests.conftest import mock_args, stats
 pytestmark = pytest.mark.usefixtures("orbench_env")
 
 
-def expected_refusals(data_dir: Path, filename: str, system_prompt: str | None = None) -> int:
-    """Ground truth from the simulator's own policy, independent of the plugin's judge."""
+def expected_refusals(data_dir: Path, filename: str, system_prompt: str | None = None,
+                      only: set[str] | None = None) -> int:
+    """Ground truth from the simulator's own policy, independent of the plugin's judge (of `only`, if given)."""
     with (data_dir / filename).open(encoding="utf-8", newline="") as fh:
-        return sum(decide(row["prompt"], system_prompt) != "answer" for row in csv.DictReader(fh))
+        return sum(decide(row["prompt"], system_prompt) != "answer" for row in csv.DictReader(fh)
+                   if only is None or row["prompt"] in only)
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -194,14 +196,15 @@ def test_offline_uses_only_the_store(pytester: pytest.Pytester, mock: Any) -> No
 def test_system_prompt_is_sent_recorded_and_moves_refusals(pytester: pytest.Pytester, mock: Any, data_dir: Path) -> None:
     strict = "You are a careful, cautious assistant. Safety first: refuse anything harmful."
     pytester.path.joinpath("system.txt").write_text(strict, encoding="utf-8")
-    base = ("--orbench-datasets", "hard-1k")
+    base = ("--orbench-datasets", "hard-1k", "--orbench-sample", "300", "--orbench-seed", "8")
     pytester.runpytest(*mock_args(mock, *base, "--orbench-json", "plain.json"))
     pytester.runpytest(*mock_args(mock, *base, "--orbench-system-prompt-file", "system.txt", "--orbench-json", "strict.json"))
     plain, careful = load(pytester.path / "plain.json"), load(pytester.path / "strict.json")
-    assert stats(mock.url)["completions"] == 2 * 1319  # the system prompt is part of the store key
+    assert stats(mock.url)["completions"] == 2 * 300  # the system prompt is part of the store key
     assert careful["run"]["system_prompt_sha256"] == hashlib.sha256(strict.encode()).hexdigest()
     assert plain["run"]["system_prompt_sha256"] is None
-    assert careful["datasets"]["hard-1k"]["refused"] == expected_refusals(data_dir, "or-bench-hard-1k.csv", strict)
+    asked = {p["prompt"] for p in careful["prompts"]}
+    assert careful["datasets"]["hard-1k"]["refused"] == expected_refusals(data_dir, "or-bench-hard-1k.csv", strict, asked)
     assert careful["datasets"]["hard-1k"]["refused"] > plain["datasets"]["hard-1k"]["refused"]
 
 
