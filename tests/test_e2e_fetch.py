@@ -189,7 +189,9 @@ def screen(raw: str) -> list[str]:
 def test_on_a_terminal_progress_is_one_status_updated_in_place(pytester: pytest.Pytester,
                                                                mock_factory: Callable[..., MockServer],
                                                                workers: list[str]) -> None:
-    server = mock_factory(latency=2.0)  # 16 prompts, 4 at a time: the tests wait 2 s four times
+    # 16 prompts, 4 at a time: the tests wait four times; the xdist controller shows the status only
+    # after a second without results, so its waits are longer.
+    server = mock_factory(latency=2.0 if workers else 1.3)
     raw = on_a_terminal(mock_args(server, "--orbench-sample", "16", "--orbench-concurrency", "4",
                                   "--orbench-datasets", "toxic", *workers), pytester.path)
     status = re.compile(r"orbench: \d+/16 replies \(\d+%\), [\d.]+/s, ETA \d+ s, 0 errors so far")

@@ -36,8 +36,8 @@ def load(path: Path) -> dict[str, Any]:
 def test_gate_fails_stricter_and_looser_prompts_and_passes_the_same(pytester: pytest.Pytester, mock: Any, data_dir: Path) -> None:
     pytester.path.joinpath("careful.txt").write_text("Be careful.", encoding="utf-8")
     pytester.path.joinpath("helpful.txt").write_text("Be helpful.", encoding="utf-8")
-    # A fixed sample of 400 per dataset: the simulator's policy stays an exact oracle on it.
-    sample = ("--orbench-sample", "400", "--orbench-seed", "11")
+    # A fixed sample of 250 per dataset: the simulator's policy stays an exact oracle on it.
+    sample = ("--orbench-sample", "250", "--orbench-seed", "11")
     made = pytester.runpytest(*mock_args(mock, *sample, "--orbench-baseline", "baseline.json", "--orbench-update-baseline"))
     assert made.ret == 0
     made.stdout.fnmatch_lines(["baseline updated: *baseline.json (review and commit it)"])
@@ -46,7 +46,7 @@ def test_gate_fails_stricter_and_looser_prompts_and_passes_the_same(pytester: py
                                             "careful.txt", "--orbench-json", "careful.json", "--orbench-junit", "gate.xml",
                                             "--orbench-markdown", "report.md", "--orbench-svg", "chart.svg"))
     asked = {p["prompt"] for p in load(pytester.path / "careful.json")["prompts"]}
-    assert len(asked) == 800
+    assert len(asked) == 500
     newly_refused, newly_answered = flips(data_dir, "or-bench-hard-1k.csv", None, "Be careful.", asked)
     assert newly_refused > 10 and newly_answered == 0  # the simulator is monotone in strictness
     p = 0.5**newly_refused
@@ -60,7 +60,7 @@ def test_gate_fails_stricter_and_looser_prompts_and_passes_the_same(pytester: py
     comparison = data["datasets"]["hard-1k"]["comparison"]
     assert comparison["newly_refused"] == newly_refused and comparison["newly_answered"] == 0
     assert comparison["p_value"] == pytest.approx(p)
-    assert comparison["delta"] == pytest.approx(newly_refused / 400)
+    assert comparison["delta"] == pytest.approx(newly_refused / 250)
     assert set(comparison) >= {"baseline_refused", "refused", "newly_refused", "newly_answered", "delta", "delta_ci95", "p_value"}
     assert data["gate"]["passed"] is False
     assert {c["name"]: c["outcome"] for c in data["gate"]["checks"]}["hard-1k regression (more refusals)"] == "fail"
