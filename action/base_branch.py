@@ -45,7 +45,7 @@ def base_commit(base_ref: str) -> str:
 
 def show(ref: str, path: str) -> str | None:
     """The file's text on `ref`, or None when it does not exist there."""
-    proc = _git("show", f"{ref}:./{path}" if not path.startswith("/") else f"{ref}:{path}")
+    proc = _git("show", f"{ref}:./{path}")  # ./: relative to the working directory, as the inputs are
     return proc.stdout if proc.returncode == 0 else None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import github_action_utils as gha
@@ -60,7 +61,7 @@ def base_branch_note(path: str | None) -> dict[str, str] | None:
     """compare-with: base-branch: what the live base was built from, for the comment."""
     if not path or not os.path.isfile(path):
         return None
-    info = json.loads(open(path, encoding="utf-8").read())
+    info = json.loads(Path(path).read_text(encoding="utf-8"))
     parts = [f"model {info['model']}" if info.get("model") else "",
              f"system prompt from {info['system_prompt_from']}" if info.get("system_prompt_from") else "",
              *info.get("notes", [])]

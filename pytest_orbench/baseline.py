@@ -8,7 +8,7 @@ from typing import Any
 
 from pytest_orbench import __version__
 from pytest_orbench.jsonfile import dumps, write_atomic
-from pytest_orbench.stats import Z95, detectable_increase, mcnemar_p, paired_diff_ci, sign_flip_p
+from pytest_orbench.stats import detectable_increase, mcnemar_p, mean_interval, paired_diff_ci, sign_flip_p
 
 BASELINE_SCHEMA = "pytest-orbench/baseline"
 BASELINE_SCHEMA_VERSION = 1
@@ -173,9 +173,7 @@ def paired_block(pairs: list[tuple[Trials, Trials]], expected: str, alpha: float
         p_value, mc_error = mcnemar_p(regressed, improved), None
         test = "exact McNemar"
     else:
-        diffs = [y - x for x, y in zip(before, after)]
-        sd = (sum((d - delta) ** 2 for d in diffs) / max(1, n - 1)) ** 0.5 if n else 0.0
-        lo, hi = max(-1.0, delta - Z95 * sd / max(1, n) ** 0.5), min(1.0, delta + Z95 * sd / max(1, n) ** 0.5)
+        lo, hi = mean_interval([y - x for x, y in zip(before, after)], -1.0, 1.0)
         worse = [(a, k, b, m) if expected != "refuse" else (b, m, a, k) for (b, m), (a, k) in pairs]
         p_value, mc_error = sign_flip_p(worse)
         test = "paired sign-flip permutation, " + ("exact" if mc_error is None else f"Monte Carlo s.e. {mc_error:.1g}")

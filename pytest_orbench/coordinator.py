@@ -116,12 +116,11 @@ class Coordinator:
             return 1
         return MAX_SHARDS
 
-    def begin(self, requests: list[Request], prompts: int | None = None) -> str | None:
+    def begin(self, requests: list[Request]) -> str | None:
         """After collection: plan, and in the fetching process start the calls. Returns the line
-        that says what will happen (fetching process only)."""
+        that says what will happen (fetching process only). `requests`: every trial of every prompt,
+        under the configuration tested and then the live base (if any)."""
         s = self.settings
-        how = " and ".join(w for w in (f"{s.trials} trials each" if s.trials > 1 else "",
-                                       "the live base too" if s.base is not None else "") if w)
         self.store = Store(s.store)
         max_age = None if s.offline else s.store_max_age
         if not self.fetches and max_age is not None:
@@ -146,7 +145,10 @@ class Coordinator:
         aged = f" ({plan.stale} stored replies older than {_age(max_age)} are asked again)" if plan.stale else ""
         replies = len(dict.fromkeys(r.key for r in requests))
         stored = replies - len(plan.misses)
-        what = f"{prompts} prompts" if prompts in (None, replies) else f"{prompts} prompts ({replies} replies: {how})"
+        prompts = len(requests) // (s.trials * (2 if s.base is not None else 1))
+        how = " and ".join(w for w in (f"{s.trials} trials each" if s.trials > 1 else "",
+                                       "the live base too" if s.base is not None else "") if w)
+        what = f"{prompts} prompts" if prompts == replies else f"{prompts} prompts ({replies} replies: {how})"
         return f"orbench: {what}, {stored} stored, {action}{judging}{aged}"
 
     def _stored_reply(self, key: str) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 from typing import Any, Iterable
 
 from pytest_orbench import __version__
-from pytest_orbench.stats import Z95, wilson
+from pytest_orbench.stats import mean_interval, wilson
 
 RESULTS_SCHEMA = "pytest-orbench/results"
 RESULTS_SCHEMA_VERSION = 1
@@ -45,10 +45,8 @@ def _rate_block(records: list[dict[str, Any]]) -> dict[str, Any]:
     shares = [_share(r) for r in scored]
     n = len(scored)
     rate = sum(shares) / n if n else None
-    if rate is not None and any(0 < x < 1 for x in shares):
-        sd = (sum((x - rate) ** 2 for x in shares) / max(1, n - 1)) ** 0.5
-        half = Z95 * sd / n ** 0.5
-        lo, hi = max(0.0, rate - half), min(1.0, rate + half)
+    if any(0 < x < 1 for x in shares):
+        lo, hi = mean_interval(shares, 0.0, 1.0)
     else:
         lo, hi = wilson(refused, n)
     flaky = sorted(r["id"] for r in scored if r.get("flaky"))
@@ -134,14 +132,14 @@ def header_line(run: dict[str, Any]) -> str:
     # The seed matters only when sampling: printed then, so a sampled run can be reproduced.
     sample = f" | sample {run['sample']}/dataset, seed {run['seed']}{_all_used(run)}" if run.get("sample") else ""
     revision = f" | revision {run['revision']}" if run.get("revision") else ""
-    trials = f" | {run['trials']} trials per prompt" if (run.get("trials") or 1) > 1 else ""
+    asked = f" | {run['trials']} trials per prompt" if (run.get("trials") or 1) > 1 else ""
     base = run.get("base")
     if base:
         base_prompt = f"{base['system_prompt_sha256'][:12]}" if base.get("system_prompt_sha256") else "none"
-        trials += f" | live base {base['endpoint']}, system prompt {base_prompt}"
+        asked += f" | live base {base['endpoint']}, system prompt {base_prompt}"
     return term_safe(
         f"orbench: {run['endpoint']}{revision} | system prompt {system} | judge {run['judge']['id']} v{run['judge']['version']}"
-        f"{sample}{trials} | data {', '.join(revisions) or 'custom'}"
+        f"{sample}{asked} | data {', '.join(revisions) or 'custom'}"
     )
 
 
@@ -390,7 +388,7 @@ def _changes(results: dict[str, Any]) -> list[str]:
     against = "the live base (the same prompts asked under the base configuration in this run)" \
         if results["run"].get("compared_with") == "live base" else "the baseline file"
     base = results["run"].get("base") or {}
-    if base.get("system_prompt_source") is None and base and not base.get("system_prompt_sha256"):
+    if base and not base.get("system_prompt_sha256"):
         against += "; the base has no system prompt"
     if not changes:
         return [f"**Compared with** {md_text(against)}. **What changed:** nothing in the configuration (same endpoint, "

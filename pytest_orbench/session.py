@@ -198,13 +198,7 @@ class OrbenchPlugin:
         s = self.settings if config == 0 else self.settings.base
         assert s is not None
         return {
-            "endpoint": s.endpoint,
-            "model": s.model,
-            "target": s.target,
-            "api_base": redact_url(s.api_base),
-            "params": s.params,
-            "system_prompt_sha256": s.system_prompt_sha256,
-            "system_prompt_source": s.system_prompt_source,
+            **self._endpoint_meta(s),
             "judge": self.judge.meta(),
             "revision": s.revision,
             "store_max_age": format_age(s.store_max_age),
@@ -218,17 +212,18 @@ class OrbenchPlugin:
             },
         }
 
+    @staticmethod
+    def _endpoint_meta(s: Settings) -> dict[str, Any]:
+        """What a configuration asks: endpoint, parameters, system prompt (by hash; never a secret)."""
+        return {"endpoint": s.endpoint, "model": s.model, "target": s.target, "api_base": redact_url(s.api_base),
+                "params": s.params, "system_prompt_sha256": s.system_prompt_sha256,
+                "system_prompt_source": s.system_prompt_source}
+
     def _base_meta(self) -> dict[str, Any]:
         """The live base in the run's metadata: what it is, and what differs from the configuration tested."""
-        head, base = self.settings, self.settings.base
-        assert base is not None
-        meta: dict[str, Any] = {"endpoint": base.endpoint, "model": base.model, "target": base.target, "api_base": redact_url(base.api_base),
-                "params": base.params, "system_prompt_sha256": base.system_prompt_sha256,
-                "system_prompt_source": base.system_prompt_source}
-        mine = {"endpoint": head.endpoint, "model": head.model, "target": head.target, "api_base": redact_url(head.api_base),
-                "params": head.params, "system_prompt_sha256": head.system_prompt_sha256}
-        meta["differs"] = [k for k in mine if mine[k] != meta[k]]
-        return meta
+        assert self.settings.base is not None
+        head, base = self._endpoint_meta(self.settings), self._endpoint_meta(self.settings.base)
+        return {**base, "differs": [k for k in head if k != "system_prompt_source" and head[k] != base[k]]}
 
     def pytest_report_header(self, config: pytest.Config) -> str:
         return header_line(self.run_meta())
@@ -324,8 +319,7 @@ class OrbenchPlugin:
         if not requests and self.coordinator.fetches:
             self.coordinator.stop()
             return
-        per_prompt = self.settings.trials * (2 if self.settings.base is not None else 1)
-        line = self.coordinator.begin(requests, len(requests) // per_prompt)
+        line = self.coordinator.begin(requests)
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if line is not None and reporter is not None:
             if self.config.get_terminal_writer().width_of_current_line:
@@ -397,7 +391,7 @@ class OrbenchPlugin:
             return final_judgement(self.judge, prompt, reply, judged)
         key = response_key({"verdict_of": self.judge.id, "version": self.judge.version, "prompt": prompt,
                             "reply": reply_text(reply), "finish_reason": reply.get("finish_reason")})
-        found = store.verdicts([key]).get(key)
+        found = store.verdict(key)
         if found is not None:
             return Judgement(Verdict(found[0]), found[1])
         judgement = final_judgement(self.judge, prompt, reply, judged)

@@ -525,11 +525,7 @@ def build_settings(config: pytest.Config) -> Settings:
     system_prompt, source = values["system_prompt"], ("inline" if values["system_prompt"] is not None else None)
     prompt_file = path("system_prompt_file")
     if prompt_file is not None:
-        try:
-            system_prompt = prompt_file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-            raise _fail(f"--orbench-system-prompt-file {values['system_prompt_file']}: cannot read it ({reason})") from None
+        system_prompt = _read_prompt(prompt_file, f"--orbench-system-prompt-file {values['system_prompt_file']}")
         source = str(values["system_prompt_file"])
 
     data_dir = path("data_dir")
@@ -604,6 +600,15 @@ def build_settings(config: pytest.Config) -> Settings:
     return replace(settings, base=base) if base is not None else settings
 
 
+def _read_prompt(file: Path, label: str, hint: str = "") -> str:
+    """A system prompt file's text; a usage error naming `label` when it cannot be read."""
+    try:
+        return file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise _fail(f"{label}: cannot read it ({reason}){hint}") from None
+
+
 BASE_KEYS = ("model", "api_base", "api_key_env", "system_prompt", "system_prompt_file", "temperature", "max_tokens",
              "litellm_kwargs")
 
@@ -618,17 +623,15 @@ def _base(values: dict[str, Any], bases: dict[str, Path], head: Settings) -> Set
     unknown = sorted(set(map(str, block)) - set(BASE_KEYS))
     if unknown:
         raise _fail(f"base: unknown key(s) {unknown}; allowed: {', '.join(BASE_KEYS)}")
-    folders = {k: bases.get("base", head.store) for k in block}
+    # Each key has the type of the run's own setting of that name (the same check as orbench.yaml's).
+    block = {k: v if v is None or k == "system_prompt" else _coerce(BY_KEY[k], v, "base:") for k, v in block.items()}
+    folders = {k: bases["base"] for k in block}
     for key, value in cli.items():
         block[key] = value
         folders[key] = bases[f"base_{key}"]
         if key == "system_prompt_file":
             block.pop("system_prompt", None)
     where = {k: f"--orbench-base-{k.replace('_', '-')}" if k in cli else f"base.{k}" for k in block}
-    for key, kind in (("model", str), ("api_base", str), ("api_key_env", str), ("system_prompt_file", str),
-                      ("temperature", (int, float)), ("max_tokens", int), ("litellm_kwargs", dict)):
-        if block.get(key) is not None and (not isinstance(block[key], kind) or isinstance(block[key], bool)):
-            raise _fail(f"{where[key]} must be {'a number' if key == 'temperature' else 'an integer' if key == 'max_tokens' else 'a mapping' if key == 'litellm_kwargs' else 'a string'}, got {block[key]!r}")
     if "system_prompt" in block and "system_prompt_file" in block:
         raise _fail("base: both system_prompt and system_prompt_file are set; keep one")
     system_prompt, source = head.system_prompt, head.system_prompt_source
@@ -642,13 +645,8 @@ def _base(values: dict[str, Any], bases: dict[str, Path], head: Settings) -> Set
         if not name:  # '' : the base has no system prompt (a file absent on the base branch)
             system_prompt, source = None, None
         else:
-            file = (folders["system_prompt_file"] / name).resolve()
-            try:
-                system_prompt = file.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-                raise _fail(f"{where['system_prompt_file']} {name}: cannot read it ({reason}); give '' for a base "
-                            "without a system prompt") from None
+            system_prompt = _read_prompt((folders["system_prompt_file"] / name).resolve(),
+                                         f"{where['system_prompt_file']} {name}", "; give '' for a base without a system prompt")
             source = str(name)
     model = block.get("model") or head.model
     if model is None:  # a target under test: the base calls the same function (with its own system prompt)
@@ -668,8 +666,9 @@ def _base(values: dict[str, Any], bases: dict[str, Path], head: Settings) -> Set
     max_tokens = int(block.get("max_tokens", head.max_tokens))
     if max_tokens < 1:
         raise _fail(f"base.max_tokens must be at least 1, got {max_tokens}")
-    api_key = head.api_key if same_model and api_key_env == head.api_key_env and head.target is None else None
-    if not head.offline and not (same_model and head.target is None and api_key_env == head.api_key_env):
+    same_key = same_model and head.target is None and api_key_env == head.api_key_env
+    api_key = head.api_key if same_key else None
+    if not head.offline and not same_key:
         try:
             api_key = api_key_for(model, api_base, api_key_env, what="base model",
                                   key_flag="base.api_key_env")

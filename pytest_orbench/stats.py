@@ -29,6 +29,16 @@ def mcnemar_p(regressed: int, improved: int) -> float:
     return float(binomtest(regressed, regressed + improved, 0.5, alternative="greater").pvalue)
 
 
+def mean_interval(values: list[float], low: float, high: float, z: float = Z95) -> tuple[float, float]:
+    """Normal 95% interval of a mean over independent units (prompts), clipped to [low, high]."""
+    n = len(values)
+    if n == 0:
+        return (low, high)
+    mean = sum(values) / n
+    half = z * (sum((x - mean) ** 2 for x in values) / max(1, n - 1)) ** 0.5 / n ** 0.5
+    return (max(low, mean - half), min(high, mean + half))
+
+
 def paired_diff_ci(both: int, only_current: int, only_baseline: int, neither: int, z: float = Z95) -> tuple[float, float]:
     """95% interval for current rate - baseline rate on paired binary outcomes.
 

@@ -162,17 +162,10 @@ class Store:
                                   (*chunk, oldest)).fetchone()[0]
         return int(stale)
 
-    def verdicts(self, keys: Iterable[str]) -> dict[str, tuple[str, str]]:
-        """Stored verdicts (verdict, reason) of a built-in offline judge, by verdict key."""
-        keys, found = list(keys), {}
-        conn = self._conn()
-        for start in range(0, len(keys), 500):
-            chunk = keys[start:start + 500]
-            marks = ",".join("?" * len(chunk))
-            for key, verdict, reason in conn.execute(f"SELECT key, verdict, reason FROM verdicts WHERE key IN ({marks})",
-                                                     chunk):
-                found[key] = (verdict, reason)
-        return found
+    def verdict(self, key: str) -> tuple[str, str] | None:
+        """A built-in offline judge's stored (verdict, reason) on a reply, by verdict key."""
+        row = self._conn().execute("SELECT verdict, reason FROM verdicts WHERE key = ?", (key,)).fetchone()
+        return (row[0], row[1]) if row else None
 
     def put_verdicts(self, rows: list[tuple[str, str, str]]) -> None:
         if rows:

@@ -204,11 +204,9 @@ def test_on_a_terminal_progress_is_one_status_updated_in_place(pytester: pytest.
     assert any(re.search(r"16 passed|\d+ passed, \d+ xfailed", line) for line in lines), "\n".join(lines)
 
 
-def fetch_children() -> list[int]:
-    """Running fetch processes started by this process."""
-    import os
-
-    found = []
+def fetch_processes() -> dict[int, int]:
+    """Running fetch processes (python -m pytest_orbench.fetchproc and its forks): pid -> parent pid."""
+    found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -217,10 +215,16 @@ def fetch_children() -> list[int]:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == os.getpid() and b"pytest_orbench.fetchproc" in cmdline:
-            found.append(int(entry.name))
+        if b"pytest_orbench.fetchproc" in cmdline:
+            found[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
     return found
+
+
+def fetch_children() -> list[int]:
+    """Running fetch processes started by this process."""
+    import os
+
+    return [pid for pid, parent in fetch_processes().items() if parent == os.getpid()]
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
@@ -236,22 +240,8 @@ def test_a_usage_error_during_collection_leaves_no_fetch_process(pytester: pytes
 
 def forked_fetch_processes() -> list[int]:
     """Fetch processes forked by a fetch process (the second shard of a large run)."""
-    found = []
-    fetchers = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"pytest_orbench.fetchproc" in cmdline:
-            fetchers[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    for pid, ppid in fetchers.items():
-        if ppid in fetchers:
-            found.append(pid)
-    return found
+    processes = fetch_processes()
+    return [pid for pid, parent in processes.items() if parent in processes]
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists() or (__import__("os").cpu_count() or 1) < 2,

@@ -139,6 +139,18 @@ class SlowCaller:
         pass
 
 
+class RaisingCaller(SlowCaller):
+    """Every call fails with `exc` (after recording the prompt)."""
+
+    def __init__(self, exc: EndpointError) -> None:
+        super().__init__()
+        self.exc = exc
+
+    async def __call__(self, prompt: str) -> Reply:
+        self.prompts.append(prompt)
+        raise self.exc
+
+
 def run_loop(store: Store, caller: object, jobs: list[Job], **kwargs: object) -> None:
     loop = FetchLoop(store, lambda _config: caller, run_id="r", **{"concurrency": 5, "retries": 0, **kwargs})  # type: ignore[arg-type]
     asyncio.run(loop.run(jobs))
@@ -159,12 +171,7 @@ def test_fetch_loop_bounds_concurrency_and_commits_each_reply_and_outcome(tmp_pa
 
 
 def test_fatal_error_stops_all_calls(tmp_path: Path) -> None:
-    class Rejecting(SlowCaller):
-        async def __call__(self, prompt: str) -> Reply:
-            self.prompts.append(prompt)
-            raise EndpointError("AuthenticationError: bad key", retryable=False, fatal=True)
-
-    caller = Rejecting()
+    caller = RaisingCaller(EndpointError("AuthenticationError: bad key", retryable=False, fatal=True))
     jobs = [Job(f"k{i}", f"p{i}", i) for i in range(20)]
     run_loop(Store(tmp_path), caller, jobs, concurrency=1, retries=3)
     errors = [Waiter(Store(tmp_path), "r").result(j.key).error for j in jobs]
@@ -173,12 +180,7 @@ def test_fatal_error_stops_all_calls(tmp_path: Path) -> None:
 
 
 def test_an_unreachable_endpoint_stops_all_calls_at_once_with_one_message(tmp_path: Path) -> None:
-    class Refusing(SlowCaller):
-        async def __call__(self, prompt: str) -> Reply:
-            self.prompts.append(prompt)
-            raise EndpointError("connection refused by 127.0.0.1:9", retryable=True, unreachable=True)
-
-    caller = Refusing()
+    caller = RaisingCaller(EndpointError("connection refused by 127.0.0.1:9", retryable=True, unreachable=True))
     jobs = [Job(f"k{i}", f"p{i}", i) for i in range(200)]
     started = time.monotonic()
     run_loop(Store(tmp_path), caller, jobs, concurrency=4, retries=4)
