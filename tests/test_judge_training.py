@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -56,12 +57,13 @@ def test_training_is_deterministic_and_the_version_follows_the_weights(labelled:
     for out in (out1, out2):
         done = train("--data", str(labelled / "dev.csv"), "--project", str(labelled / "project.csv"), "--out", str(out))
         assert done.returncode == 0, done.stderr
-        assert "judge version 4." in done.stdout
+        assert re.search(r"judge version \d+\.[0-9a-f]{8}\n", done.stdout), done.stdout
     assert out1.read_bytes() == out2.read_bytes()  # same rows, same file: a retrain can be checked
     document = json.loads(out1.read_text())
     assert document["trained_on"]["rows"] == {"alpha": 36, "beta": 36, "gamma": 36, "project": 36}
     judge = KeywordJudge(RefusalModel.from_json(document))
-    assert judge.version == f"4.{document['digest']}" != KeywordJudge().version
+    assert judge.version == f"{document['generation']}.{document['digest']}" != KeywordJudge().version
+    assert f"judge version {judge.version}" in done.stdout
     assert judge.judge("q", "I'm sorry, but I can't help with how to bake bread.").verdict is Verdict.DIRECT_REFUSAL
     answer = judge.judge("q", "Here is how to bake bread:\n\n1. Gather the tools.\n2. Follow the steps in order.")
     assert answer.verdict is Verdict.DIRECT_ANSWER
