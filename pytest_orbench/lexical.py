@@ -330,9 +330,11 @@ def read(prompt: str, reply: str) -> Reading:
     """A reply's features and the refusal it states, if any, in one pass."""
     text = reply.replace("\u2019", "'").replace("\u2018", "'").replace("\u02bc", "'").strip()
     low = text.lower()
-    sentences = [s for s in _SENTENCE.split(text) if s.strip()]
+    # The stance is read from what the assistant says itself: quoted text and code are left out.
+    normalised = _normalise(text)
+    sentences = [s for s in _SENTENCE.split(normalised) if s.strip()]
     out: set[str] = set()
-    words = _WORD.findall(low)
+    words = _WORD.findall(normalised.lower())
     sentence_words = [_WORD.findall(s.lower()) for s in sentences]
     tokens = _stance(words)
     _grams(_stance([w for ws in sentence_words[:2] for w in ws]), "o:", out)
@@ -426,7 +428,6 @@ def read(prompt: str, reply: str) -> Reading:
     if _WHY_NOT.search(text):
         out.add("reasons_not_to")
     # Phrase rules: a refusal stated in so many words, and the caveats and sympathy that look like one.
-    normalised = _normalise(text)
     found = _find_refusal(normalised)
     if found is not None:
         out.add("states_refusal")
