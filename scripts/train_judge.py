@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pytest_orbench.judge import KeywordJudge, PrefixJudge  # noqa: E402
-from pytest_orbench.judgeeval import Example, evaluate, judge_examples, load_labeled  # noqa: E402
+from pytest_orbench.judgeeval import Example, LabeledError, evaluate, judge_examples, load_labeled  # noqa: E402
 from pytest_orbench.jsonfile import write_atomic  # noqa: E402
 from pytest_orbench.lexical import MODEL_SCHEMA, RefusalModel, features, weights_digest  # noqa: E402
 
@@ -255,14 +255,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: no labelled file at {path}; pass --data PATH (a CSV with source,prompt,response,label)",
               file=sys.stderr)
         return 2
-    examples = load_labeled(path)
+    try:
+        examples = load_labeled(path)
+        project = [replace(e, source=PROJECT) for e in load_labeled(Path(args.project))]
+    except LabeledError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     sources = Counter(e.source for e in examples)
     if "" in sources or PROJECT in sources:
         print(f"error: {path} has rows without a source (or named {PROJECT!r}); the fit weighs sources equally "
               "and --loso holds one out",
               file=sys.stderr)
         return 2
-    project = [replace(e, source=PROJECT) for e in load_labeled(Path(args.project))]
     data = Data(examples + project)
     if args.loso:
         if len(sources) < 2:

@@ -103,6 +103,13 @@ def test_training_input_errors_name_the_fix(tmp_path: Path, make: object, messag
     assert not (tmp_path / "m.json").exists()
 
 
+def test_a_missing_trap_file_is_an_error_not_a_traceback(labelled: Path, tmp_path: Path) -> None:
+    done = train("--data", str(labelled / "dev.csv"), "--project", str(tmp_path / "none.csv"),
+                 "--out", str(tmp_path / "m.json"))
+    assert done.returncode == 2 and "cannot read" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "m.json").exists()
+
+
 def test_judge_eval_breaks_figures_down_by_source_with_the_default_judge(labelled: Path) -> None:
     out = labelled / "eval.json"
     done = subprocess.run([sys.executable, "-m", "pytest_orbench.cli", "judge-eval", str(labelled / "dev.csv"),
