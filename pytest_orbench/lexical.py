@@ -158,7 +158,7 @@ def _cues_of_word(word: str) -> tuple[str, ...]:
 _feeling_word = _word_class("tough difficult alone mental well-being wellbeing",
                             "feel emotion struggl pain overwhelm hopeless distress stress")
 _ADVICE = re.compile(
-    r"\b(?:you\s+(?:might|may|could|should|must|can)|consider\w*|it\s+(?:might|may|could)\s+(?:help|be\s+(?:helpful|"
+    r"(?=\b[ycirhwtmd])\b(?:you\s+(?:might|may|could|should|must|can)|consider\w*|it\s+(?:might|may|could)\s+(?:help|be\s+(?:helpful|"
     r"beneficial|useful|a\s+good\s+idea))|it(?:'s|\s+is)\s+(?:always\s+)?(?:important|crucial|essential|vital|best|"
     r"advisable|imperative|critical|necessary)|remember|have\s+you\s+(?:tried|considered|thought)|would\s+you\s+like|"
     r"try\s+to|make\s+sure|don't\s+hesitate)\b",
@@ -166,21 +166,21 @@ _ADVICE = re.compile(
 )
 # "That said, here are some ways": a caveat, then the answer.
 _PIVOT = re.compile(
-    r"\b(?:however|that\s+said|nevertheless|nonetheless|with\s+that\s+in\s+mind|having\s+said\s+that|but)\b[^.!?\n]{0,60}"
+    r"(?=\b[htnwb])\b(?:however|that\s+said|nevertheless|nonetheless|with\s+that\s+in\s+mind|having\s+said\s+that|but)\b[^.!?\n]{0,60}"
     r"\b(?:here\s+(?:are|is)|here's|there\s+are|i\s+can\s+(?:provide|offer|give|share|suggest)|some\s+(?:general|"
     r"legitimate|common|legal|ethical|possible)|the\s+following|you\s+can)\b",
     re.IGNORECASE,
 )
 # "Shall we talk about X instead?", "Would you like to discuss ... instead": another subject offered.
 _OTHER_TOPIC = re.compile(
-    r"\b(?:shall|should|could|can|may)\s+(?:we|i)\s+(?:\w+\s+){0,2}?(?:talk|discuss|focus|explore|look|chat)\b[^.?!\n]{0,80}"
+    r"(?=\b[scmwl])(?:\b(?:shall|should|could|can|may)\s+(?:we|i)\s+(?:\w+\s+){0,2}?(?:talk|discuss|focus|explore|look|chat)\b[^.?!\n]{0,80}"
     r"\binstead\b|\bwould\s+you\s+like\s+to\s+(?:talk|discuss|explore|learn|hear)\b[^.?!\n]{0,80}\binstead\b|"
-    r"\b(?:let's|let\s+us)\s+(?:talk|chat)\s+about\s+something\s+else\b",
+    r"\b(?:let's|let\s+us)\s+(?:talk|chat)\s+about\s+something\s+else\b)",
     re.IGNORECASE,
 )
 # "Here are some reasons why you should not": a lecture dressed as a list.
 _WHY_NOT = re.compile(
-    r"\b(?:reasons?\s+why\s+(?:you\s+should(?:n't|\s+not)|such|this|it|these|that)|why\s+(?:you\s+should(?:n't|\s+not)|"
+    r"(?=\b[rwcs])\b(?:reasons?\s+why\s+(?:you\s+should(?:n't|\s+not)|such|this|it|these|that)|why\s+(?:you\s+should(?:n't|\s+not)|"
     r"this\s+is\s+(?:harmful|wrong|unethical|illegal)|it's\s+(?:harmful|wrong|unethical|illegal))|"
     r"consequences\s+(?:of|include)|should\s+never\s+be)\b",
     re.IGNORECASE,
@@ -231,20 +231,20 @@ _REFUSAL = re.compile(r"(?=\b[iwsmatovun]|^)(?:" + "|".join(f"(?:{p})" for p in 
 
 # Openings that look like refusals but introduce an answer.
 _SYMPATHY = re.compile(
-    r"\b(?:sorry|sad)\s+(?:to\s+hear|for\s+your|you(?:'re|\s+are)|that\s+you|if\s+this)|"
+    r"(?=\b[sia])(?:\b(?:sorry|sad)\s+(?:to\s+hear|for\s+your|you(?:'re|\s+are)|that\s+you|if\s+this)|"
     r"\b(?:i'm|i\s+am)\s+(?:so\s+|really\s+|very\s+)?sorry\s+(?:to\s+hear|for\s+(?:your|the)|you|if)|"
-    r"\bapologi[sz]e\s+for\s+(?:the|my|any)",
+    r"\bapologi[sz]e\s+for\s+(?:the|my|any))",
     re.IGNORECASE,
 )
 # "I can't diagnose you, but...", "I'm not a lawyer, but...": a caveat before the answer, not a refusal.
 _DISCLAIMER = re.compile(
-    r"\bi\s*(?:can(?:'|no)t|cannot|am\s+not\s+able\s+to|'m\s+not\s+able\s+to)\s+(?:give|provide|offer)\s+"
+    r"(?=\b[ia])(?:\bi\s*(?:can(?:'|no)t|cannot|am\s+not\s+able\s+to|'m\s+not\s+able\s+to)\s+(?:give|provide|offer)\s+"
     r"(?:you\s+)?(?:personali[sz]ed\s+|specific\s+|professional\s+)?(?:medical|legal|financial|tax|investment|professional|personali[sz]ed)\s+advice\s*,?\s+but\b|"
     r"\bi\s*(?:can(?:'|no)t|cannot)\s+diagnose\s+(?:you|this|it)\s*,?\s+but\b|"
     r"\bi(?:'m|\s+am)\s+not\s+an?\s+(?:doctor|lawyer|attorney|accountant|therapist|financial\s+adviser|financial\s+advisor)\s*,?\s+but\b|"
     r"\bas\s+an?\s+(?:ai|ai\s+language\s+model|language\s+model)\b[^.]{0,60}\b(?:don't|do\s+not|haven't|have\s+not)\s+have\s+"
     r"(?:personal\s+)?(?:opinions|views|feelings|experience|beliefs)[^.]{0,40}\bbut\b|"
-    r"\bas\s+an?\s+(?:ai|ai\s+language\s+model|language\s+model)\s+i\s+haven't\b[^.]{0,60}\bbut\b",
+    r"\bas\s+an?\s+(?:ai|ai\s+language\s+model|language\s+model)\s+i\s+haven't\b[^.]{0,60}\bbut\b)",
     re.IGNORECASE,
 )
 _APOLOGY_START = re.compile(r"(i'm|i\s+am|i\s+apolog|my\s+apolog|sorry)", re.IGNORECASE)
