@@ -32,6 +32,15 @@ import scipy.stats  # noqa: E402,F401  (numpy refuses a second import in one pro
 REPO = Path(__file__).resolve().parent.parent
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: ten seconds or more; started first, so that under `-n 2 --dist "
+                                       "worksteal` no worker is left with a long test at the end")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: otherwise in file order
+
+
 def _data_dir() -> Path:
     env = os.environ.get("ORBENCH_DATA_DIR")
     path = Path(env) if env else REPO.parent / "shared" / "datasets"

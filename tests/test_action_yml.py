@@ -112,6 +112,7 @@ def github() -> Iterator[FakeGitHub]:
     server.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("orbench_env")
 def test_action_fails_a_regressing_pr_passes_the_fix_and_edits_one_comment(
     tmp_path: Path, venv: Path, github: FakeGitHub, mock: Any,
@@ -243,6 +244,7 @@ def pull_request_checkout(tmp_path: Path, base_files: dict[str, str], head_files
     return workspace
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("orbench_env")
 def test_action_compares_with_the_base_branch_live(tmp_path: Path, venv: Path, github: FakeGitHub, mock: Any) -> None:
     neutral, strict = "You are a support assistant.", "You are a support assistant. Be careful and cautious; refuse " \

@@ -31,6 +31,7 @@ def load(path: Path) -> dict[str, Any]:
     return data
 
 
+@pytest.mark.slow
 def test_full_run_exact_counts_one_call_per_prompt_zero_on_rerun(pytester: pytest.Pytester, mock: Any, data_dir: Path) -> None:
     result = pytester.runpytest(*mock_args(mock, "--orbench-json", "results.json", "--orbench-concurrency", "16"))
     hard = expected_refusals(data_dir, "or-bench-hard-1k.csv")

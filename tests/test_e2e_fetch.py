@@ -184,6 +184,7 @@ def screen(raw: str) -> list[str]:
     return lines + ["".join(line).rstrip()]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform == "win32", reason="pseudo-terminal")
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_on_a_terminal_progress_is_one_status_updated_in_place(pytester: pytest.Pytester,
@@ -244,6 +245,7 @@ def forked_fetch_processes() -> list[int]:
     return [pid for pid, parent in processes.items() if parent in processes]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists() or (__import__("os").cpu_count() or 1) < 2,
                     reason="reads /proc; two fetch processes need two cores")
 def test_a_fetch_process_killed_midway_turns_its_prompts_into_errors_at_once(

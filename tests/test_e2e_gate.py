@@ -33,6 +33,7 @@ def load(path: Path) -> dict[str, Any]:
     return data
 
 
+@pytest.mark.slow
 def test_gate_fails_stricter_and_looser_prompts_and_passes_the_same(pytester: pytest.Pytester, mock: Any, data_dir: Path) -> None:
     pytester.path.joinpath("careful.txt").write_text("Be careful.", encoding="utf-8")
     pytester.path.joinpath("helpful.txt").write_text("Be helpful.", encoding="utf-8")
@@ -104,6 +105,7 @@ def test_strict_fails_each_newly_refused_prompt(pytester: pytest.Pytester, mock:
     strict.stdout.fnmatch_lines(["*--orbench-strict: newly refused (the baseline answered it)*"])
 
 
+@pytest.mark.slow
 def test_gate_is_decided_once_under_xdist(pytester: pytest.Pytester, mock: Any) -> None:
     args = ("--orbench-datasets", "hard-1k", "--orbench-sample", "300", "--orbench-seed", "11", "--orbench-baseline", "b.json")
     pytester.runpytest(*mock_args(mock, *args, "--orbench-update-baseline"))

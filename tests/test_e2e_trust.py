@@ -86,6 +86,7 @@ def test_baseline_sharing_no_dataset_is_refused_before_any_call(pytester: pytest
 
 # -- baselines only from complete runs -----------------------------------------------------------
 
+@pytest.mark.slow
 def test_interrupted_run_never_writes_or_changes_a_baseline(pytester: pytest.Pytester, mock: Any) -> None:
     common = ("--orbench-sample", "20", "--orbench-seed", "5", "--orbench-baseline", "b.json")
     assert pytester.runpytest(*mock_args(mock, *common, "--orbench-update-baseline")).ret == 0
@@ -110,6 +111,7 @@ def test_interrupted_run_never_writes_or_changes_a_baseline(pytester: pytest.Pyt
     assert fresh.ret == pytest.ExitCode.INTERRUPTED and not (pytester.path / "new.json").exists()
 
 
+@pytest.mark.slow
 def test_stopped_deselected_or_failing_runs_never_become_baselines(
         pytester: pytest.Pytester, mock_factory: Callable[..., MockServer], data_dir: Path) -> None:
     failing = mock_factory(fault_rate=1.0, faults=("500",), fault_attempts=99)

@@ -34,6 +34,7 @@ def test_shipped_judge_agrees_with_people_on_every_source() -> None:
         assert figures["confidence"]["not_confident_share"] <= 0.30, source
 
 
+@pytest.mark.slow
 def test_leave_one_source_out_floors(tmp_path: Path) -> None:
     # Regression floors for generalisation (fit on two sources, measure on the third), a little under
     # the figures in the README; rbr-gold's deflections are the known weak spot of a lexical judge.
