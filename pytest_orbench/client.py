@@ -14,12 +14,9 @@ import ssl
 import time
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, TypeVar
+from typing import Any, Awaitable, Callable, Protocol, TypeVar
 
 from pytest_orbench.spec import ModelSpec, env_refs
-
-if TYPE_CHECKING:  # the fetch child imports this module, and never pytest or yaml
-    from pytest_orbench.settings import Settings
 
 # Statuses worth another attempt: rate limits, overload, server faults, gateway timeouts.
 RETRY_STATUSES = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
@@ -316,11 +313,10 @@ def _text_or_none(value: Any) -> str | None:
 class CallableCaller:
     """Calls the user's `(prompt, system_prompt) -> str` function, sync (in a thread) or async."""
 
-    def __init__(self, settings: Settings) -> None:
-        assert settings.target is not None
-        self.system_prompt = settings.system_prompt
-        self.timeout = settings.timeout
-        self.function = load_target(settings.target)
+    def __init__(self, target: str, system_prompt: str | None, timeout: float) -> None:
+        self.system_prompt = system_prompt
+        self.timeout = timeout
+        self.function = load_target(target)
 
     async def aclose(self) -> None:
         pass
@@ -365,16 +361,13 @@ def load_target(spec: str) -> Callable[..., Any]:
     return obj  # type: ignore[no-any-return]
 
 
-def endpoint_spec(settings: Settings) -> ModelSpec:
-    assert settings.model is not None
-    return ModelSpec(settings.model, settings.api_base, settings.params, settings.timeout, settings.api_key,
-                     settings.api_key_env, dict(settings.litellm_kwargs))
-
-
-def make_caller(settings: Settings) -> Caller:
-    if settings.target:
-        return CallableCaller(settings)
-    return LiteLLMCaller(endpoint_spec(settings), settings.system_prompt)
+def make_caller(system_prompt: str | None, *, spec: ModelSpec | None = None, target: str | None = None,
+                timeout: float = 60.0) -> Caller:
+    """The caller of one configuration: the user's function (`target`, `module:attr`) or a model through litellm."""
+    if target:
+        return CallableCaller(target, system_prompt, timeout)
+    assert spec is not None, "a configuration has a target or a model"
+    return LiteLLMCaller(spec, system_prompt)
 
 
 def backoff(attempt: int, retry_after: float | None) -> float:

@@ -161,19 +161,24 @@ class Coordinator:
         s = self.settings
         if s.target is not None:
             # The user's function runs in this process, where their conftest set things up.
-            from pytest_orbench.client import make_caller
+            from pytest_orbench.client import Caller, make_caller
             from pytest_orbench.judging import judge_stage
 
             assert self.store is not None
             stage = judge_stage(self.judge, self.store, s.retries, s.store_max_age)
             configs = self._configs()
-            loop = FetchLoop(Store(s.store), lambda config: make_caller(configs[config]), run_id=self.run_id,
+
+            def caller(config: int) -> Caller:
+                c = configs[config]
+                return make_caller(c.system_prompt, spec=c.endpoint_spec() if c.model else None, target=c.target,
+                                   timeout=c.timeout)
+
+            loop = FetchLoop(Store(s.store), caller, run_id=self.run_id,
                              concurrency=s.concurrency,
                              retries=s.retries, judge=self.judge if stage is not None else None, judge_stage=stage)
             self.thread = ThreadFetcher(loop, jobs, s.concurrency)
             self.thread.start()
             return
-        from pytest_orbench.client import endpoint_spec
         from pytest_orbench.fetchproc import FetchChild
 
         self.shards = self._shards(len(jobs))
@@ -183,7 +188,7 @@ class Coordinator:
         self.child.start({
             "store": s.store, "run_id": self.run_id, "retries": s.retries, "shards": self.shards,
             "concurrency": s.concurrency,
-            "configs": [(endpoint_spec(c) if c.model else None, c.system_prompt) for c in self._configs()],
+            "configs": [(c.endpoint_spec() if c.model else None, c.system_prompt) for c in self._configs()],
             "max_age": s.store_max_age, "judge": s.judge if self.judge.llm is not None else None,
             "judge_spec": s.judge_spec if self.judge.llm is not None else None, "jobs": jobs,
         })

@@ -234,6 +234,12 @@ class Settings:
         """A short, secret-free name of what is being tested."""
         return f"target:{self.target}" if self.target else str(self.model)
 
+    def endpoint_spec(self) -> ModelSpec:
+        """The model endpoint as the fetch process needs it (no pytest, no yaml, no settings)."""
+        assert self.model is not None
+        return ModelSpec(self.model, self.api_base, self.params, self.timeout, self.api_key, self.api_key_env,
+                         dict(self.litellm_kwargs))
+
 
 def _fail(message: str) -> pytest.UsageError:
     return pytest.UsageError(f"pytest-orbench: {message}")
