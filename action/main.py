@@ -126,7 +126,7 @@ def main(env: Mapping[str, str] | None = None, github_factory: Callable[[ActionS
         except GitHubError as exc:
             # A fork's read-only token (403) must not turn a passing check red: the gate decides.
             gha.warning(f"could not post the PR comment ({exc}); the job result reflects the gate only. "
-                        "For fork PRs, see the README's workflow_run pattern.", title="pytest-orbench")
+                        "For fork PRs, see docs/action.md (workflow_run pattern).", title="pytest-orbench")
     _set_outputs(values)
     print(f"pytest-orbench: verdict {verdict}")
     return 1 if verdict in BLOCKING and settings.fail_on_regression else 0
