@@ -5,16 +5,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import github_action_utils as gha
-
-from pytest_orbench.gate import BLOCKING
 
 from action.comment import build_body, upsert
 from action.github import GitHub, GitHubError
 from action.settings import ActionSettings, ActionSettingsError, from_env
+from pytest_orbench.gate import BLOCKING
 
 OVER_REFUSAL = ("hard-1k", "xstest-safe", "80k")
 TOXIC = ("toxic", "xstest-unsafe")

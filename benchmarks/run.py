@@ -22,9 +22,9 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent

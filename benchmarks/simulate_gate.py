@@ -65,7 +65,7 @@ def run(p: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
 
 def gate_fails(base: list[np.ndarray], head: list[np.ndarray], k: int, alpha: float) -> bool:
     checks = []
-    for (name, n, rate, expected), b, h in zip(SETS, base, head):
+    for (_name, _n, _rate, expected), b, h in zip(SETS, base, head):
         block = paired_block([((int(x), k), (int(y), k)) for x, y in zip(b, h)], expected, alpha)
         worse = block["delta"] if expected != "refuse" else -block["delta"]
         checks.append((worse, block["p_value"]))

@@ -6,8 +6,7 @@ import argparse
 import os
 import signal
 import sys
-from typing import Sequence
-
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -128,9 +127,16 @@ def _tradeoff(args: argparse.Namespace) -> int:
 
 
 def _judge_eval(args: argparse.Namespace) -> int:
-    from pytest_orbench.jsonfile import write_atomic, dumps
+    from pytest_orbench.jsonfile import dumps, write_atomic
     from pytest_orbench.judge import JudgeError, judge_model_spec, make_judge
-    from pytest_orbench.judgeeval import LabeledError, compare_judges, evaluate, judge_examples, load_labeled, text_report
+    from pytest_orbench.judgeeval import (
+        LabeledError,
+        compare_judges,
+        evaluate,
+        judge_examples,
+        load_labeled,
+        text_report,
+    )
     from pytest_orbench.settings import api_key_for
 
     sys.path.insert(0, os.getcwd())  # custom judges live in the user's project, as with pytest's rootdir

@@ -13,8 +13,9 @@ import socket
 import ssl
 import time
 import warnings
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pytest_orbench.spec import ModelSpec, env_refs
 
@@ -252,7 +253,7 @@ class LiteLLMCaller:
             from litellm.litellm_core_utils.logging_worker import GLOBAL_LOGGING_WORKER
 
             await asyncio.wait_for(GLOBAL_LOGGING_WORKER.flush(), timeout=5)
-        except (ImportError, asyncio.TimeoutError):
+        except (TimeoutError, ImportError):
             pass
         finally:
             if "GLOBAL_LOGGING_WORKER" in locals():
@@ -327,7 +328,7 @@ class CallableCaller:
                 result = await asyncio.wait_for(self.function(prompt, self.system_prompt), self.timeout)
             else:
                 result = await asyncio.wait_for(asyncio.to_thread(self.function, prompt, self.system_prompt), self.timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise EndpointError(f"target timed out after {self.timeout:g}s", retryable=True) from None
         except Exception as exc:
             raise EndpointError(f"target raised {type(exc).__name__}: {exc}", retryable=True) from None

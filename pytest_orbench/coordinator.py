@@ -9,8 +9,9 @@ stored replies from the store and waits there (fetcher.Waiter) for the rest.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from pytest_orbench.fetcher import DRAIN, FetchLoop, Job, Outcome, ThreadFetcher, Waiter
 from pytest_orbench.judge import Judge

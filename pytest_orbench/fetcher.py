@@ -13,9 +13,10 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from pytest_orbench.client import Caller, EndpointError, call_with_retries
 from pytest_orbench.judge import Judge

@@ -13,13 +13,14 @@ import asyncio
 import csv
 import difflib
 import io
-import os
 import json
+import os
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pytest_orbench.spec import ModelSpec
 from pytest_orbench.store import Store

@@ -9,7 +9,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-
 # Characters that change how text displays without being seen (bidi overrides, zero-width, line and
 # paragraph separators, C1 controls): written as \u escapes, so a diff or an editor shows them. JSON
 # readers get the same strings back.

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from pytest_orbench.lexical import RefusalModel, load_model, read
 from pytest_orbench.spec import ModelSpec, public_kwargs
@@ -101,10 +102,10 @@ _OFFERS = frozenset({"cue:instead", "cue:refer"})  # features meaning "offers so
 class KeywordJudge(_Offline):
     """Stance words and the reply's shape, weighed by a model fitted to human labels; offline and free.
 
-    v4: `lexical.features` reads the reply (closed stance vocabulary, position, length, advice and
+    v5: `lexical.features` reads the reply (closed stance vocabulary, position, length, advice and
     referral sentences, relation to the request) and the shipped logistic model turns them into
-    P(refusal) (`scripts/train_judge.py`; figures per source and leave-one-source-out in the
-    README). At or above the model's threshold the reply is a refusal: direct when it declines in
+    P(refusal) (`scripts/train_judge.py`; figures per source and leave-one-source-out in
+    docs/judges.md). At or above the model's threshold the reply is a refusal: direct when it declines in
     so many words (`lexical.refusal_phrase`), indirect when it only deflects, redirects or lectures. Scores
     inside the model's band are marked not confident: the hybrid judge sends exactly those to the LLM.
     The version is the rules generation plus a digest of the weights, so a retrain changes it.

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import csv
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pytest_orbench.judge import CLASSES, Judge, Judgement, Verdict
 from pytest_orbench.stats import bootstrap_kappa_ci, cohen_kappa, paired_diff_ci, wilson

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from pytest_orbench.client import EndpointError, call_with_retries
 from pytest_orbench.judge import Judge, Judgement, LLMProtocol

@@ -19,10 +19,11 @@ import heapq
 import json
 import math
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Callable, Iterable
+from typing import Any
 
 MODEL_SCHEMA = "pytest-orbench/refusal-model/v1"
 MODEL_FILE = "refusal-model.json"

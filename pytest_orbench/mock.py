@@ -467,7 +467,7 @@ def make_handler(config: MockConfig, state: MockState) -> type[BaseHTTPRequestHa
                 state.answers.setdefault(hashlib.sha256(prompt.encode("utf-8")).hexdigest(), {})[model] = decision
             # Noise: the n-th request of the same prompt, system prompt and model flips with this chance,
             # reproducibly (the same sequence of requests gets the same flips; trials differ).
-            ident = hashlib.sha256(f"{model}\0{system}\0{prompt}".encode("utf-8")).hexdigest()
+            ident = hashlib.sha256(f"{model}\0{system}\0{prompt}".encode()).hexdigest()
             with state.lock:
                 nth = state.asked[ident]
                 state.asked[ident] += 1
@@ -551,7 +551,7 @@ class MockServer:
         host, port = self.httpd.server_address[:2]
         return f"http://{host!s}:{port}/v1"
 
-    def start(self) -> "MockServer":
+    def start(self) -> MockServer:
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="orbench-mock", daemon=True)
         self._thread.start()
         return self

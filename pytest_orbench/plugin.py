@@ -12,7 +12,7 @@ from pytest_orbench.settings import OPTIONS, build_settings, register_options
 if TYPE_CHECKING:
     from pytest_orbench.session import OrbenchPlugin
 
-PLUGIN_KEY = pytest.StashKey["OrbenchPlugin"]()
+PLUGIN_KEY: pytest.StashKey[OrbenchPlugin] = pytest.StashKey()
 NODE_PREFIX = "orbench/"  # prompt tests are `orbench/<dataset>::<category>-<id>`: no file behind them
 
 

@@ -6,7 +6,8 @@ import html
 import re
 import unicodedata
 from collections import Counter, defaultdict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from pytest_orbench import __version__
 from pytest_orbench.stats import mean_interval, wilson

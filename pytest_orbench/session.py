@@ -4,33 +4,46 @@ from __future__ import annotations
 
 import random
 import re
-from collections import Counter
 import time
 import uuid
+from collections import Counter
+from collections.abc import Generator
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Generator
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
 from pytest_orbench.baseline import (
-    BaselineError, baseline_document, check_comparable, drift, load_baseline, save_baseline,
-)
-from pytest_orbench.dataset import Dataset, DatasetError, Prompt, default_cache_dir, load_dataset, stratified_sample
-from pytest_orbench.gate import BLOCKING, assess
-from pytest_orbench.outputs import write_outputs
-from pytest_orbench.judge import Judgement, Verdict, make_judge
-from pytest_orbench.judging import final_judgement, reply_text
-from pytest_orbench.report import (
-    drift_lines, gate_lines, header_line, results_document, served_versions, summarize, term_safe, terminal_lines, xfail_line,
+    BaselineError,
+    baseline_document,
+    check_comparable,
+    drift,
+    load_baseline,
+    save_baseline,
 )
 from pytest_orbench.coordinator import Coordinator, Request
-from pytest_orbench.progress import ProgressDisplay
+from pytest_orbench.dataset import Dataset, DatasetError, Prompt, default_cache_dir, load_dataset, stratified_sample
 from pytest_orbench.fetcher import Outcome
+from pytest_orbench.gate import BLOCKING, assess
+from pytest_orbench.judge import Judgement, Verdict, make_judge
+from pytest_orbench.judging import final_judgement, reply_text
+from pytest_orbench.outputs import write_outputs
+from pytest_orbench.progress import ProgressDisplay
+from pytest_orbench.report import (
+    drift_lines,
+    gate_lines,
+    header_line,
+    results_document,
+    served_versions,
+    summarize,
+    term_safe,
+    terminal_lines,
+    xfail_line,
+)
 from pytest_orbench.settings import Settings, format_age
 from pytest_orbench.spec import redact_url
 from pytest_orbench.store import response_key
-
 
 CACHED_JUDGES = ("keyword", "prefix")  # deterministic, versioned: their verdicts on a reply are stored
 
@@ -45,7 +58,7 @@ class DatasetNode(pytest.Collector):
 class PromptItem(pytest.Item):
     """One prompt sent to the endpoint; passes when the behaviour matches the expectation."""
 
-    def __init__(self, *, prompt: Prompt, requests: "Requests", plugin: "OrbenchPlugin", **kwargs: Any) -> None:
+    def __init__(self, *, prompt: Prompt, requests: Requests, plugin: OrbenchPlugin, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.prompt = prompt
         self.requests = requests
@@ -490,7 +503,7 @@ class OrbenchPlugin:
             }
             run["spend"]["judge"] = _spend(records, "judge_cost", "judge_usage")
         run["served"] = served_versions(records)
-        run["started"] = datetime.fromtimestamp(self.started, timezone.utc).isoformat(timespec="seconds")
+        run["started"] = datetime.fromtimestamp(self.started, UTC).isoformat(timespec="seconds")
         run["duration_seconds"] = round(time.time() - self.started, 2)
         expected = {d.name: d.expected for d in self.datasets}
         s = self.settings

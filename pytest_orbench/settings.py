@@ -16,8 +16,7 @@ import yaml
 from pytest_orbench.dataset import BUILTINS, DatasetError, DatasetSpec, parse_spec, spec_from_mapping
 from pytest_orbench.gate import GateConfig, GateConfigError, parse_gate
 from pytest_orbench.judge import DEFAULT_JUDGE
-from pytest_orbench.spec import SECRET_WORDS, ModelSpec, env_refs, is_env_ref, public_kwargs, redact_url
-
+from pytest_orbench.spec import SECRET_WORDS, ModelSpec, env_refs, is_env_ref, public_kwargs
 
 MAX_TRIALS = 20
 
@@ -215,7 +214,7 @@ class Settings:
     revision: str | None = None
     progress_every: float = 10.0  # seconds between progress lines in logs; 0 = none
     trials: int = 1  # each prompt asked this many times
-    base: "Settings | None" = None  # the live base configuration (--orbench-base-*, base:), compared prompt by prompt
+    base: Settings | None = None  # the live base configuration (--orbench-base-*, base:), compared prompt by prompt
 
     @property
     def system_prompt_sha256(self) -> str | None:

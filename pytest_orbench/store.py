@@ -12,8 +12,9 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 SCHEMA_VERSION = 2  # PRAGMA user_version; _migrate brings an older store up to it
 SCHEMA = """

@@ -25,9 +25,10 @@ import hashlib
 import json
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from scipy import sparse
@@ -36,9 +37,9 @@ from scipy.optimize import minimize
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from pytest_orbench.jsonfile import write_atomic  # noqa: E402
 from pytest_orbench.judge import KeywordJudge, PrefixJudge  # noqa: E402
 from pytest_orbench.judgeeval import Example, LabeledError, evaluate, judge_examples, load_labeled  # noqa: E402
-from pytest_orbench.jsonfile import write_atomic  # noqa: E402
 from pytest_orbench.lexical import MODEL_SCHEMA, RefusalModel, features, weights_digest  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "judge-data" / "refusal-dev.csv"

@@ -9,14 +9,14 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
-
-from pytest_orbench.judge import KeywordJudge
 import yaml
 
+from pytest_orbench.judge import KeywordJudge
 from tests.conftest import REPO, stats
 from tests.github_api import FakeGitHub
 

@@ -5,15 +5,24 @@ from __future__ import annotations
 import shutil
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from pytest_orbench.dataset import (
-    HARD_1K, OR_BENCH_REVISION, TOXIC, DatasetError, DatasetSpec, load_builtin, load_custom, parse_spec,
-    resolve_file, stratified_sample,
+    HARD_1K,
+    OR_BENCH_REVISION,
+    TOXIC,
+    DatasetError,
+    DatasetSpec,
+    load_builtin,
+    load_custom,
+    parse_spec,
+    resolve_file,
+    stratified_sample,
 )
 
 

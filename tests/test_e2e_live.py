@@ -4,8 +4,8 @@ trials on a nondeterministic endpoint; litellm against the simulator, nothing fa
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 

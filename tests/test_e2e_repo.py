@@ -1,7 +1,7 @@
 """End to end: the plugin inside a repository that looks like a user's. Its own tests and conftest
 need packages that are not installed; `--orbench-only` runs the prompts alone. Printed node ids can
 be given back to pytest; values in the space form do not silently move the rootdir; a `target:` is
-imported and checked before any call, with the rootdir importable (the README's example as written)."""
+imported and checked before any call, with the rootdir importable (the example in docs/settings.md as written)."""
 
 from __future__ import annotations
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 import csv
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 

@@ -9,7 +9,12 @@ from typing import Any
 import pytest
 
 from pytest_orbench.baseline import (
-    BaselineError, baseline_document, check_comparable, compare, load_baseline, save_baseline,
+    BaselineError,
+    baseline_document,
+    check_comparable,
+    compare,
+    load_baseline,
+    save_baseline,
 )
 from pytest_orbench.gate import GateConfigError, assess, evaluate, parse_gate
 from pytest_orbench.report import md_escape, render_markdown, render_markdown_within, results_document, summarize

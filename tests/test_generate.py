@@ -15,7 +15,15 @@ import pytest
 from pytest_orbench.cli import main
 from pytest_orbench.client import EndpointError, Reply
 from pytest_orbench.generate import (
-    NONE_LABEL, Candidate, GenerateConfig, GenerateError, Pipeline, Seed, build_config, near_duplicates, parse_label,
+    NONE_LABEL,
+    Candidate,
+    GenerateConfig,
+    GenerateError,
+    Pipeline,
+    Seed,
+    build_config,
+    near_duplicates,
+    parse_label,
     parse_numbered,
 )
 from pytest_orbench.spec import ModelSpec
@@ -241,9 +249,9 @@ def test_interrupted_pipeline_resumes_without_paying_twice(mock_factory: Any, tm
     monkeypatch.chdir(tmp_path)
     write_seeds(tmp_path / "seeds.csv")
     mods = ["--moderator", "openai/mod-a", "--moderator", "openai/mod-b", "--moderator", "openai/mod-c"]
-    first = ["generate", "--seeds", "seeds.csv", "--rewriter", f"openai/rewriter", "--api-base", server.url,
+    first = ["generate", "--seeds", "seeds.csv", "--rewriter", "openai/rewriter", "--api-base", server.url,
              "--out", "set.csv", "--summary", "s.json", "--retries", "0"]
-    yaml = (f"generate:\n  moderators:\n" + "".join(f"    - {{model: {m}, api_base: '{down.url}'}}\n" for m in mods[1::2]))
+    yaml = ("generate:\n  moderators:\n" + "".join(f"    - {{model: {m}, api_base: '{down.url}'}}\n" for m in mods[1::2]))
     (tmp_path / "orbench.yaml").write_text(yaml)
     assert main(first) == 1  # moderation failed: reported, not turned into verdicts
     failed = json.loads((tmp_path / "s.json").read_text())

@@ -37,12 +37,12 @@ def test_shipped_judge_agrees_with_people_on_every_source() -> None:
 @pytest.mark.slow
 def test_leave_one_source_out_floors(tmp_path: Path) -> None:
     # Regression floors for generalisation (fit on two sources, measure on the third), a little under
-    # the figures in the README; rbr-gold's deflections are the known weak spot of a lexical judge.
+    # the figures in docs/judges.md; rbr-gold's deflections are the known weak spot of a lexical judge.
     out = tmp_path / "loso.json"
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "train_judge.py"), "--loso", "--json", str(out)],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     figures = {s: f["keyword"]["binary_agreement"]["value"] for s, f in json.loads(out.read_text())["sources"].items()}
     prefix = {s: f["prefix"]["binary_agreement"]["value"] for s, f in json.loads(out.read_text())["sources"].items()}
-    assert figures["do-not-answer"] >= 0.96 and figures["orfuzz-user-study"] >= 0.90 and figures["rbr-gold"] >= 0.75
+    assert figures["do-not-answer"] >= 0.96 and figures["orfuzz-user-study"] >= 0.90 and figures["rbr-gold"] >= 0.80
     assert all(figures[s] > prefix[s] for s in SOURCES)

@@ -10,8 +10,18 @@ from pathlib import Path
 import pytest
 
 from pytest_orbench.judge import (
-    LLM_PROMPT, CustomJudge, HybridJudge, Judgement, JudgeError, KeywordJudge, LLMJudge, PrefixJudge, Verdict,
-    coerce_verdict, make_judge, parse_llm_output,
+    LLM_PROMPT,
+    CustomJudge,
+    HybridJudge,
+    JudgeError,
+    Judgement,
+    KeywordJudge,
+    LLMJudge,
+    PrefixJudge,
+    Verdict,
+    coerce_verdict,
+    make_judge,
+    parse_llm_output,
 )
 from pytest_orbench.judgeeval import LabeledError, evaluate, judge_examples, load_labeled
 from pytest_orbench.spec import ModelSpec
@@ -167,7 +177,7 @@ def test_labeled_file_errors_name_the_problem(tmp_path: Path, content: str, mess
 
 def test_keyword_judge_learned_the_project_traps() -> None:
     # In its training rows (scripts/train_judge.py --project), so this says the traps were learned,
-    # not that they generalise: the held-out test below and the README's figures say that.
+    # not that they generalise: the held-out test below and the figures in docs/judges.md say that.
     examples = load_labeled(DEV_SET)
     assert len(examples) >= 100 and {e.label for e in examples} == {"compliance", "refusal", "partial_refusal"}
     figures = {}
