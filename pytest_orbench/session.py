@@ -1,149 +1,32 @@
-"""The enabled run: prompt test items and the hooks object that fetches, judges and reports."""
+"""The enabled run's hooks object: datasets and baseline loaded, prompt items created, replies fetched
+(through the coordinator) and judged; the results are `results.RunResults`'s job."""
 
 from __future__ import annotations
 
 import random
-import re
 import time
 import uuid
 from collections import Counter
 from collections.abc import Generator
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from pytest_orbench.baseline import (
-    BaselineError,
-    baseline_document,
-    check_comparable,
-    drift,
-    load_baseline,
-    save_baseline,
-)
+from pytest_orbench.baseline import BaselineError, check_comparable, load_baseline
 from pytest_orbench.coordinator import Coordinator, Request
 from pytest_orbench.dataset import Dataset, DatasetError, Prompt, default_cache_dir, load_dataset, stratified_sample
 from pytest_orbench.fetcher import Outcome
-from pytest_orbench.gate import BLOCKING, assess
+from pytest_orbench.items import DatasetNode, PromptItem, Requests, item_name
 from pytest_orbench.judge import Judgement, Verdict, make_judge
 from pytest_orbench.judging import final_judgement, reply_text
-from pytest_orbench.outputs import write_outputs
 from pytest_orbench.progress import ProgressDisplay
-from pytest_orbench.report import (
-    drift_lines,
-    gate_lines,
-    header_line,
-    results_document,
-    served_versions,
-    summarize,
-    term_safe,
-    terminal_lines,
-    xfail_line,
-)
+from pytest_orbench.report import header_line
+from pytest_orbench.results import RunResults
 from pytest_orbench.settings import Settings, format_age
 from pytest_orbench.spec import redact_url
 from pytest_orbench.store import response_key
 
 CACHED_JUDGES = ("keyword", "prefix")  # deterministic, versioned: their verdicts on a reply are stored
-
-
-class DatasetNode(pytest.Collector):
-    """Groups one dataset's prompt tests: node id `orbench/<dataset>`."""
-
-    def collect(self) -> list[pytest.Item]:
-        return []  # items are created by OrbenchPlugin.pytest_collection_modifyitems
-
-
-class PromptItem(pytest.Item):
-    """One prompt sent to the endpoint; passes when the behaviour matches the expectation."""
-
-    def __init__(self, *, prompt: Prompt, requests: Requests, plugin: OrbenchPlugin, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.prompt = prompt
-        self.requests = requests
-        self.plugin = plugin
-        self.outcomes: list[Outcome] = []  # one per trial
-        self.base_outcomes: list[Outcome] = []  # the live base's, one per trial
-        self.add_marker("orbench")
-        # The reply is fetched by litellm in a background thread while this item runs, and warning
-        # filters are process-wide: a user's `filterwarnings = error` must not turn litellm's own
-        # warnings into failed endpoint calls. No user code runs inside a prompt item.
-        self.add_marker(pytest.mark.filterwarnings("ignore"))
-        # -k "hard-1k and privacy", -k "refuse": dataset, category and expectation are keywords.
-        self.extra_keyword_matches.update({prompt.dataset, prompt.category, prompt.expected})
-
-    def setup(self) -> None:
-        self.outcomes = [self.plugin.outcome(self, r) for r in self.requests.head]
-        self.base_outcomes = [self.plugin.outcome(self, r) for r in self.requests.base]
-        usable = [o for o in self.outcomes if o.error is None and o.judge_error is None]
-        if usable:
-            return  # some trials may have failed: the others decide, and the failures are counted
-        first = self.outcomes[0]
-        if first.error is not None:
-            self.user_properties.append(("orbench", self.plugin.error_record(self, first.error, self.outcomes)))
-            # pytrace=False: the endpoint's message, not a traceback of the plugin.
-            pytest.fail(f"no reply for {self.prompt.id}: {term_safe(first.error, 500)}", pytrace=False)
-        assert first.judge_error is not None
-        self.user_properties.append(("orbench", self.plugin.error_record(self, first.judge_error, self.outcomes)))
-        pytest.fail(f"no judgement for {self.prompt.id}: {term_safe(first.judge_error, 500)}", pytrace=False)
-
-    def runtest(self) -> None:
-        record = self.plugin.judge_item(self, self.outcomes, self.base_outcomes)
-        self.user_properties.append(("orbench", record))
-        if record["verdict"] == Verdict.ERROR.value:
-            pytest.fail(f"judge failed on {self.prompt.id}: {term_safe(record['error'], 500)}", pytrace=False)
-        if record["verdict"] == Verdict.UNSCORED.value:
-            # Not an answer, not a refusal: excluded from the rates, counted apart, never guessed.
-            pytest.skip(f"unscored: {term_safe(record['judge_reason'], 200)}")
-        before = record["base"]["refused"] if "base" in record else self.plugin.baseline_refused.get(self.prompt.id)
-        if self.plugin.settings.strict and before is not None and record["refused"] is not None:
-            worse = record["refused"] and not before if self.prompt.expected == "answer" else before and not record["refused"]
-            if worse:
-                what = "newly refused (the baseline answered it)" if self.prompt.expected == "answer" else \
-                    "newly answered (the baseline refused it)"
-                pytest.fail(f"--orbench-strict: {what}: {record['verdict']} ({term_safe(record['judge_reason'], 120)})",
-                            pytrace=False)
-        if not record["matched"]:
-            what = "over-refusal" if self.prompt.expected == "answer" else "complied with a prompt that should be refused"
-            pytest.xfail(f"{what}: {record['verdict']} ({term_safe(record['judge_reason'], 120)})")
-
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
-        # The verdict is the message; a traceback through the plugin says nothing and costs
-        # ~0.1 s per xfail to format (measured: 86 s of a 97 s run of 1,974 prompts).
-        if isinstance(excinfo.value, (pytest.fail.Exception, pytest.xfail.Exception)):
-            return str(excinfo.value)
-        return super().repr_failure(excinfo, style)
-
-    def reportinfo(self) -> tuple[Any, int | None, str]:
-        return self.path, None, self.prompt.id
-
-
-def _spend(records: list[dict[str, Any]], cost_field: str, usage_field: str) -> dict[str, Any]:
-    """Tokens and USD paid in this run; cost is None when litellm knows no price for a model."""
-    costs = [r.get(cost_field) for r in records if r.get(usage_field)]
-    usages = [r[usage_field] for r in records if r.get(usage_field)]
-    return {
-        "prompt_tokens": sum(u.get("prompt_tokens") or 0 for u in usages),
-        "completion_tokens": sum(u.get("completion_tokens") or 0 for u in usages),
-        "cost_usd": round(sum(c for c in costs if c), 6) if costs and all(c is not None for c in costs) else None,
-    }
-
-
-def _item_name(prompt: Prompt) -> str:
-    return re.sub(r"[^\w.+-]+", "_", f"{prompt.category}-{prompt.local_id}")
-
-
-@dataclass(frozen=True)
-class Requests:
-    """One prompt test's replies: a trial each under the configuration tested, and under the live base."""
-
-    head: list[Request]
-    base: list[Request]
-
-    @property
-    def all(self) -> list[Request]:
-        return [*self.head, *self.base]
 
 
 class OrbenchPlugin:
@@ -178,16 +61,15 @@ class OrbenchPlugin:
             except BaselineError as exc:
                 raise pytest.UsageError(f"pytest-orbench: {exc}") from None
             self.baseline_refused = {p["id"]: p["refused"] for p in self.baseline["prompts"]}
-        self.forgiven_errors = 0
         self._new_verdicts: list[tuple[str, str, str]] = []
-        self.records: dict[str, dict[str, Any]] = {}
         self.started = time.time()
-        self.results: dict[str, Any] | None = None
         # One process makes the calls: the xdist controller, or the only pytest process.
         self.coordinator = Coordinator(settings, self.judge, self.run_id, fetches=not self.is_worker)
         self.progress = ProgressDisplay(config, self.coordinator.progress, settings.progress_every)
         if not self.is_worker:
             self.coordinator.on_wait = self.progress.waiting
+        if not self.is_worker:  # the records come to the controller in the test reports
+            config.pluginmanager.register(RunResults(self), "orbench-results")
         self._requests = {self.nodeid(d, p): self.requests(p) for d in self.datasets for p in d.prompts}
         self._begun = False
         if not config.option.collectonly:
@@ -268,14 +150,14 @@ class OrbenchPlugin:
 
     @staticmethod
     def nodeid(dataset: Dataset, prompt: Prompt) -> str:
-        return f"orbench/{dataset.name}::{_item_name(prompt)}"
+        return f"orbench/{dataset.name}::{item_name(prompt)}"
 
     @pytest.hookimpl(tryfirst=True)  # before -k / -m deselection sees the item list
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
         for dataset in self.datasets:
             node = DatasetNode.from_parent(session, name=dataset.name, nodeid=f"orbench/{dataset.name}")
             created = [
-                PromptItem.from_parent(node, name=_item_name(p), prompt=p, plugin=self,
+                PromptItem.from_parent(node, name=item_name(p), prompt=p, plugin=self,
                                        requests=self._requests[self.nodeid(dataset, p)])
                 for p in dataset.prompts
             ]
@@ -465,151 +347,3 @@ class OrbenchPlugin:
             base.update({f"base_{k}": v for k, v in self._costs(base_outcomes).items() if k in ("cost", "usage")})
             record["base"] = base
         return record
-
-    # -- results (controller only) ----------------------------------------------------------
-    @pytest.hookimpl(tryfirst=True)  # before the terminal reporter writes: the progress status goes first
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if self.is_worker:
-            return
-        if report.when == "teardown":
-            self.progress.result()
-        else:
-            self.progress.done_waiting()
-        for name, value in report.user_properties:
-            if name == "orbench" and isinstance(value, dict):
-                self.records[value["id"]] = value
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self.is_worker:
-            return
-        if not self.records:
-            return
-        records = list(self.records.values())
-        run = self.run_meta()
-        run["calls"] = {
-            "made": sum(r.get("calls_made", int(r["fetched"])) for r in records),
-            "stored": sum(r.get("calls_stored", int(r["from_store"])) for r in records),
-            "errors": sum(1 for r in records if r["verdict"] == Verdict.ERROR.value),
-        }
-        run["spend"] = {"endpoint": _spend(records, "cost", "usage")}
-        if self.settings.base is not None:
-            run["spend"]["base"] = _spend([r["base"] for r in records if "base" in r], "base_cost", "base_usage")
-        if self.judge.llm is not None:
-            run["judge_calls"] = {
-                "sent_to_llm": sum(1 for r in records if r.get("judge_llm")),
-                "decided_without_llm": sum(1 for r in records if not r.get("judge_llm") and r["verdict"] != Verdict.ERROR.value),
-                "made": sum(1 for r in records if r.get("judge_fetched")),
-            }
-            run["spend"]["judge"] = _spend(records, "judge_cost", "judge_usage")
-        run["served"] = served_versions(records)
-        run["started"] = datetime.fromtimestamp(self.started, UTC).isoformat(timespec="seconds")
-        run["duration_seconds"] = round(time.time() - self.started, 2)
-        expected = {d.name: d.expected for d in self.datasets}
-        s = self.settings
-        results = results_document(run, summarize(records, expected), records)
-        reference = self.baseline
-        if s.base is not None:
-            # The live base: the same prompts asked under the base configuration in this session.
-            base_records = [{**{k: r[k] for k in ("id", "dataset", "category", "expected", "prompt_sha256")}, **r["base"]}
-                            for r in records if "base" in r]
-            base_run = self.run_meta(1)
-            base_run["served"] = served_versions(base_records)
-            base_results = results_document(base_run, summarize(base_records, expected), base_records)
-            reference = baseline_document(base_results)
-            results["base"] = {"run": {k: base_run[k] for k in ("endpoint", "system_prompt_sha256", "served")},
-                               "datasets": {n: {k: d[k] for k in ("n", "refused", "rejection_rate", "ci95", "errors", "flaky")}
-                                            for n, d in base_results["datasets"].items()}}
-            if self.baseline is not None:
-                results["drift"] = drift(self.baseline, base_results, s.gate.alpha)
-        run["compared_with"] = ("live base" if s.base is not None else
-                                f"baseline file {s.baseline}" if self.baseline is not None else None)
-        self.results = assess(results, reference, s.gate)
-        if s.update_baseline and s.baseline is not None:
-            reason = self._incomplete(session, exitstatus, records)
-            self.results["run"]["baseline_update"] = {"path": str(s.baseline), "written": reason is None, "reason": reason}
-            if reason is None:
-                save_baseline(s.baseline, self.results)
-        write_outputs(self.results, json=s.json, markdown=s.markdown, svg=s.svg, junit=s.junit,
-                      markdown_max_chars=s.markdown_max_chars)
-        self._set_exit_status(session, records)
-
-    def _incomplete(self, session: pytest.Session, exitstatus: int, records: list[dict[str, Any]]) -> str | None:
-        """Why this run may not become a baseline (None: it may). A baseline is only ever a complete,
-        trustworthy run: every selected prompt answered, within the error budget, not a sample of a
-        full baseline, not interrupted."""
-        if exitstatus == pytest.ExitCode.INTERRUPTED:
-            return "the run was interrupted"
-        if exitstatus == pytest.ExitCode.INTERNAL_ERROR:
-            return "the run crashed (internal error)"
-        if session.shouldstop or session.shouldfail:
-            return f"the run stopped early ({session.shouldfail or session.shouldstop})"
-        total = sum(len(d.prompts) for d in self.datasets)
-        if len(records) < total:
-            return (f"only {len(records)} of the run's {total} prompts ran (-k/-m deselection, -x or an interruption); "
-                    "a baseline needs every prompt")
-        budget = self.settings.gate.error_budget
-        for name, summary in summarize(records, {d.name: d.expected for d in self.datasets}).items():
-            missing = summary["errors"] + summary["unscored"]
-            if summary["total"] and missing / summary["total"] > budget:
-                return (f"{name}: {missing} of {summary['total']} prompts errored or went unscored, over the error budget "
-                        f"({100 * budget:.1f}%); fix the endpoint and run again")
-        old = self._existing_baseline()
-        if self.settings.sample and old is not None and not old["run"].get("sample"):
-            return (f"this run is a sample ({self.settings.sample} per dataset) and {self.settings.baseline} holds a full run; "
-                    "update it from a full run, or delete it first to start a sampled baseline")
-        return None
-
-    def _existing_baseline(self) -> dict[str, Any] | None:
-        path = self.settings.baseline
-        if path is None or not path.is_file():
-            return None
-        try:
-            return load_baseline(path)
-        except BaselineError:
-            return None  # unreadable: replacing it is what the user asked for
-
-    def _set_exit_status(self, session: pytest.Session, records: list[dict[str, Any]]) -> None:
-        """The gate decides: a failed or inconclusive gate fails the run; endpoint errors within the
-        error budget do not (their tests still show as errors)."""
-        assert self.results is not None
-        update = self.results["run"].get("baseline_update")
-        if self.results["gate"]["verdict"] in BLOCKING or (update and not update["written"]):
-            if session.exitstatus == pytest.ExitCode.OK:
-                session.exitstatus = pytest.ExitCode.TESTS_FAILED
-            return
-        errors = sum(1 for r in records if r["verdict"] == Verdict.ERROR.value)
-        if errors and session.exitstatus == pytest.ExitCode.TESTS_FAILED and session.testsfailed == errors:
-            session.exitstatus = pytest.ExitCode.OK
-            self.forgiven_errors = errors
-
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.results is None:
-            return
-        terminalreporter.write_sep("=", "orbench summary")
-        for line in terminal_lines(self.results["run"], self.results["datasets"]) + drift_lines(self.results.get("drift")):
-            terminalreporter.write_line(line)
-        for path in (self.settings.json, self.settings.markdown, self.settings.svg, self.settings.junit):
-            if path is not None:
-                terminalreporter.write_line(f"wrote {path}")
-        update = self.results["run"].get("baseline_update")
-        if update and update["written"]:
-            terminalreporter.write_line(f"baseline updated: {self.settings.baseline} (review and commit it)")
-        elif update:
-            terminalreporter.write_line(f"baseline NOT written: {update['reason']}; {self.settings.baseline} is unchanged",
-                                        red=True, bold=True)
-        xfailed = xfail_line(self.results)
-        if xfailed:
-            terminalreporter.write_line(xfailed)
-        lines = gate_lines(self.results)
-        if lines:
-            terminalreporter.write_sep("=", "orbench gate")
-            verdict = self.results["gate"]["verdict"]
-            for line in lines:
-                terminalreporter.write_line(line, green=verdict == "pass", red=verdict in BLOCKING,
-                                            yellow=verdict == "ungated", bold=line is lines[0])
-        if self.forgiven_errors:
-            terminalreporter.write_line(
-                f"{self.forgiven_errors} endpoint errors are within the error budget "
-                f"({100 * self.settings.gate.error_budget:.1f}%): the gate passed, so the run does not fail"
-            )

@@ -1,0 +1,110 @@
+"""The prompt tests: one pytest item per prompt, grouped under a node per dataset.
+
+An item holds the requests of its prompt (a trial each, under the configuration tested and the live
+base); the session's hooks object (`session.OrbenchPlugin`) fetches and judges, the item turns the
+verdict into pass / xfail / fail / skip.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_orbench.coordinator import Request
+from pytest_orbench.dataset import Prompt
+from pytest_orbench.fetcher import Outcome
+from pytest_orbench.judge import Verdict
+from pytest_orbench.report import term_safe
+
+if TYPE_CHECKING:
+    from pytest_orbench.session import OrbenchPlugin
+
+
+class DatasetNode(pytest.Collector):
+    """Groups one dataset's prompt tests: node id `orbench/<dataset>`."""
+
+    def collect(self) -> list[pytest.Item]:
+        return []  # items are created by OrbenchPlugin.pytest_collection_modifyitems
+
+
+class PromptItem(pytest.Item):
+    """One prompt sent to the endpoint; passes when the behaviour matches the expectation."""
+
+    def __init__(self, *, prompt: Prompt, requests: Requests, plugin: OrbenchPlugin, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.prompt = prompt
+        self.requests = requests
+        self.plugin = plugin
+        self.outcomes: list[Outcome] = []  # one per trial
+        self.base_outcomes: list[Outcome] = []  # the live base's, one per trial
+        self.add_marker("orbench")
+        # The reply is fetched by litellm in a background thread while this item runs, and warning
+        # filters are process-wide: a user's `filterwarnings = error` must not turn litellm's own
+        # warnings into failed endpoint calls. No user code runs inside a prompt item.
+        self.add_marker(pytest.mark.filterwarnings("ignore"))
+        # -k "hard-1k and privacy", -k "refuse": dataset, category and expectation are keywords.
+        self.extra_keyword_matches.update({prompt.dataset, prompt.category, prompt.expected})
+
+    def setup(self) -> None:
+        self.outcomes = [self.plugin.outcome(self, r) for r in self.requests.head]
+        self.base_outcomes = [self.plugin.outcome(self, r) for r in self.requests.base]
+        usable = [o for o in self.outcomes if o.error is None and o.judge_error is None]
+        if usable:
+            return  # some trials may have failed: the others decide, and the failures are counted
+        first = self.outcomes[0]
+        if first.error is not None:
+            self.user_properties.append(("orbench", self.plugin.error_record(self, first.error, self.outcomes)))
+            # pytrace=False: the endpoint's message, not a traceback of the plugin.
+            pytest.fail(f"no reply for {self.prompt.id}: {term_safe(first.error, 500)}", pytrace=False)
+        assert first.judge_error is not None
+        self.user_properties.append(("orbench", self.plugin.error_record(self, first.judge_error, self.outcomes)))
+        pytest.fail(f"no judgement for {self.prompt.id}: {term_safe(first.judge_error, 500)}", pytrace=False)
+
+    def runtest(self) -> None:
+        record = self.plugin.judge_item(self, self.outcomes, self.base_outcomes)
+        self.user_properties.append(("orbench", record))
+        if record["verdict"] == Verdict.ERROR.value:
+            pytest.fail(f"judge failed on {self.prompt.id}: {term_safe(record['error'], 500)}", pytrace=False)
+        if record["verdict"] == Verdict.UNSCORED.value:
+            # Not an answer, not a refusal: excluded from the rates, counted apart, never guessed.
+            pytest.skip(f"unscored: {term_safe(record['judge_reason'], 200)}")
+        before = record["base"]["refused"] if "base" in record else self.plugin.baseline_refused.get(self.prompt.id)
+        if self.plugin.settings.strict and before is not None and record["refused"] is not None:
+            worse = record["refused"] and not before if self.prompt.expected == "answer" else before and not record["refused"]
+            if worse:
+                what = "newly refused (the baseline answered it)" if self.prompt.expected == "answer" else \
+                    "newly answered (the baseline refused it)"
+                pytest.fail(f"--orbench-strict: {what}: {record['verdict']} ({term_safe(record['judge_reason'], 120)})",
+                            pytrace=False)
+        if not record["matched"]:
+            what = "over-refusal" if self.prompt.expected == "answer" else "complied with a prompt that should be refused"
+            pytest.xfail(f"{what}: {record['verdict']} ({term_safe(record['judge_reason'], 120)})")
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        # The verdict is the message; a traceback through the plugin says nothing and costs
+        # ~0.1 s per xfail to format (measured: 86 s of a 97 s run of 1,974 prompts).
+        if isinstance(excinfo.value, (pytest.fail.Exception, pytest.xfail.Exception)):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self) -> tuple[Any, int | None, str]:
+        return self.path, None, self.prompt.id
+
+
+def item_name(prompt: Prompt) -> str:
+    return re.sub(r"[^\w.+-]+", "_", f"{prompt.category}-{prompt.local_id}")
+
+
+@dataclass(frozen=True)
+class Requests:
+    """One prompt test's replies: a trial each under the configuration tested, and under the live base."""
+
+    head: list[Request]
+    base: list[Request]
+
+    @property
+    def all(self) -> list[Request]:
+        return [*self.head, *self.base]

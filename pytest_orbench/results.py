@@ -1,0 +1,196 @@
+"""The run's results, on the controller only: each prompt's record, then the gate, the outputs, the
+baseline update, the exit status and the terminal summary.
+
+Registered by `session.OrbenchPlugin` on the xdist controller or the only pytest process (as pytest's
+junitxml plugin is), never on a worker: workers send their records in the test reports.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_orbench.baseline import BaselineError, baseline_document, drift, load_baseline, save_baseline
+from pytest_orbench.gate import BLOCKING, assess
+from pytest_orbench.judge import Verdict
+from pytest_orbench.outputs import write_outputs
+from pytest_orbench.report import (
+    drift_lines,
+    gate_lines,
+    results_document,
+    served_versions,
+    summarize,
+    terminal_lines,
+    xfail_line,
+)
+
+if TYPE_CHECKING:
+    from pytest_orbench.session import OrbenchPlugin
+
+
+def _spend(records: list[dict[str, Any]], cost_field: str, usage_field: str) -> dict[str, Any]:
+    """Tokens and USD paid in this run; cost is None when litellm knows no price for a model."""
+    costs = [r.get(cost_field) for r in records if r.get(usage_field)]
+    usages = [r[usage_field] for r in records if r.get(usage_field)]
+    return {
+        "prompt_tokens": sum(u.get("prompt_tokens") or 0 for u in usages),
+        "completion_tokens": sum(u.get("completion_tokens") or 0 for u in usages),
+        "cost_usd": round(sum(c for c in costs if c), 6) if costs and all(c is not None for c in costs) else None,
+    }
+
+
+class RunResults:
+    """Collects the records of the prompt tests and turns them into the run's results."""
+
+    def __init__(self, plugin: OrbenchPlugin) -> None:
+        self.plugin = plugin
+        self.settings = plugin.settings
+        self.records: dict[str, dict[str, Any]] = {}
+        self.results: dict[str, Any] | None = None
+        self.forgiven_errors = 0
+
+    @pytest.hookimpl(tryfirst=True)  # before the terminal reporter writes: the progress status goes first
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown":
+            self.plugin.progress.result()
+        else:
+            self.plugin.progress.done_waiting()
+        for name, value in report.user_properties:
+            if name == "orbench" and isinstance(value, dict):
+                self.records[value["id"]] = value
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if not self.records:
+            return
+        records = list(self.records.values())
+        run = self.plugin.run_meta()
+        run["calls"] = {
+            "made": sum(r.get("calls_made", int(r["fetched"])) for r in records),
+            "stored": sum(r.get("calls_stored", int(r["from_store"])) for r in records),
+            "errors": sum(1 for r in records if r["verdict"] == Verdict.ERROR.value),
+        }
+        run["spend"] = {"endpoint": _spend(records, "cost", "usage")}
+        if self.settings.base is not None:
+            run["spend"]["base"] = _spend([r["base"] for r in records if "base" in r], "base_cost", "base_usage")
+        if self.plugin.judge.llm is not None:
+            run["judge_calls"] = {
+                "sent_to_llm": sum(1 for r in records if r.get("judge_llm")),
+                "decided_without_llm": sum(1 for r in records if not r.get("judge_llm") and r["verdict"] != Verdict.ERROR.value),
+                "made": sum(1 for r in records if r.get("judge_fetched")),
+            }
+            run["spend"]["judge"] = _spend(records, "judge_cost", "judge_usage")
+        run["served"] = served_versions(records)
+        run["started"] = datetime.fromtimestamp(self.plugin.started, UTC).isoformat(timespec="seconds")
+        run["duration_seconds"] = round(time.time() - self.plugin.started, 2)
+        expected = {d.name: d.expected for d in self.plugin.datasets}
+        s = self.settings
+        results = results_document(run, summarize(records, expected), records)
+        reference = self.plugin.baseline
+        if s.base is not None:
+            # The live base: the same prompts asked under the base configuration in this session.
+            base_records = [{**{k: r[k] for k in ("id", "dataset", "category", "expected", "prompt_sha256")}, **r["base"]}
+                            for r in records if "base" in r]
+            base_run = self.plugin.run_meta(1)
+            base_run["served"] = served_versions(base_records)
+            base_results = results_document(base_run, summarize(base_records, expected), base_records)
+            reference = baseline_document(base_results)
+            results["base"] = {"run": {k: base_run[k] for k in ("endpoint", "system_prompt_sha256", "served")},
+                               "datasets": {n: {k: d[k] for k in ("n", "refused", "rejection_rate", "ci95", "errors", "flaky")}
+                                            for n, d in base_results["datasets"].items()}}
+            if self.plugin.baseline is not None:
+                results["drift"] = drift(self.plugin.baseline, base_results, s.gate.alpha)
+        run["compared_with"] = ("live base" if s.base is not None else
+                                f"baseline file {s.baseline}" if self.plugin.baseline is not None else None)
+        self.results = assess(results, reference, s.gate)
+        if s.update_baseline and s.baseline is not None:
+            reason = self._incomplete(session, exitstatus, records)
+            self.results["run"]["baseline_update"] = {"path": str(s.baseline), "written": reason is None, "reason": reason}
+            if reason is None:
+                save_baseline(s.baseline, self.results)
+        write_outputs(self.results, json=s.json, markdown=s.markdown, svg=s.svg, junit=s.junit,
+                      markdown_max_chars=s.markdown_max_chars)
+        self._set_exit_status(session, records)
+
+    def _incomplete(self, session: pytest.Session, exitstatus: int, records: list[dict[str, Any]]) -> str | None:
+        """Why this run may not become a baseline (None: it may). A baseline is only ever a complete,
+        trustworthy run: every selected prompt answered, within the error budget, not a sample of a
+        full baseline, not interrupted."""
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            return "the run was interrupted"
+        if exitstatus == pytest.ExitCode.INTERNAL_ERROR:
+            return "the run crashed (internal error)"
+        if session.shouldstop or session.shouldfail:
+            return f"the run stopped early ({session.shouldfail or session.shouldstop})"
+        total = sum(len(d.prompts) for d in self.plugin.datasets)
+        if len(records) < total:
+            return (f"only {len(records)} of the run's {total} prompts ran (-k/-m deselection, -x or an interruption); "
+                    "a baseline needs every prompt")
+        budget = self.settings.gate.error_budget
+        for name, summary in summarize(records, {d.name: d.expected for d in self.plugin.datasets}).items():
+            missing = summary["errors"] + summary["unscored"]
+            if summary["total"] and missing / summary["total"] > budget:
+                return (f"{name}: {missing} of {summary['total']} prompts errored or went unscored, over the error budget "
+                        f"({100 * budget:.1f}%); fix the endpoint and run again")
+        old = self._existing_baseline()
+        if self.settings.sample and old is not None and not old["run"].get("sample"):
+            return (f"this run is a sample ({self.settings.sample} per dataset) and {self.settings.baseline} holds a full run; "
+                    "update it from a full run, or delete it first to start a sampled baseline")
+        return None
+
+    def _existing_baseline(self) -> dict[str, Any] | None:
+        path = self.settings.baseline
+        if path is None or not path.is_file():
+            return None
+        try:
+            return load_baseline(path)
+        except BaselineError:
+            return None  # unreadable: replacing it is what the user asked for
+
+    def _set_exit_status(self, session: pytest.Session, records: list[dict[str, Any]]) -> None:
+        """The gate decides: a failed or inconclusive gate fails the run; endpoint errors within the
+        error budget do not (their tests still show as errors)."""
+        assert self.results is not None
+        update = self.results["run"].get("baseline_update")
+        if self.results["gate"]["verdict"] in BLOCKING or (update and not update["written"]):
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            return
+        errors = sum(1 for r in records if r["verdict"] == Verdict.ERROR.value)
+        if errors and session.exitstatus == pytest.ExitCode.TESTS_FAILED and session.testsfailed == errors:
+            session.exitstatus = pytest.ExitCode.OK
+            self.forgiven_errors = errors
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.results is None:
+            return
+        terminalreporter.write_sep("=", "orbench summary")
+        for line in terminal_lines(self.results["run"], self.results["datasets"]) + drift_lines(self.results.get("drift")):
+            terminalreporter.write_line(line)
+        for path in (self.settings.json, self.settings.markdown, self.settings.svg, self.settings.junit):
+            if path is not None:
+                terminalreporter.write_line(f"wrote {path}")
+        update = self.results["run"].get("baseline_update")
+        if update and update["written"]:
+            terminalreporter.write_line(f"baseline updated: {self.settings.baseline} (review and commit it)")
+        elif update:
+            terminalreporter.write_line(f"baseline NOT written: {update['reason']}; {self.settings.baseline} is unchanged",
+                                        red=True, bold=True)
+        xfailed = xfail_line(self.results)
+        if xfailed:
+            terminalreporter.write_line(xfailed)
+        lines = gate_lines(self.results)
+        if lines:
+            terminalreporter.write_sep("=", "orbench gate")
+            verdict = self.results["gate"]["verdict"]
+            for line in lines:
+                terminalreporter.write_line(line, green=verdict == "pass", red=verdict in BLOCKING,
+                                            yellow=verdict == "ungated", bold=line is lines[0])
+        if self.forgiven_errors:
+            terminalreporter.write_line(
+                f"{self.forgiven_errors} endpoint errors are within the error budget "
+                f"({100 * self.settings.gate.error_budget:.1f}%): the gate passed, so the run does not fail"
+            )
