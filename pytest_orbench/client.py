@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from pytest_orbench.spec import ModelSpec, env_refs
+from pytest_orbench.spec import ModelSpec, env_refs, import_object
 
 # Statuses worth another attempt: rate limits, overload, server faults, gateway timeouts.
 RETRY_STATUSES = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
@@ -174,7 +174,6 @@ _FIRST_CALL_MODULES = ("litellm.llms.openai.openai", "litellm.llms.openai_like.c
 
 def warm_up_litellm() -> None:
     """Import what the first call would (no call, no thread, no event loop: the process may fork next)."""
-    import importlib
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -340,9 +339,7 @@ class CallableCaller:
 def load_target(spec: str) -> Callable[..., Any]:
     module_name, _, attr = spec.partition(":")
     try:
-        obj: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
+        obj = import_object(module_name, attr)
     except (ImportError, AttributeError) as exc:
         raise EndpointError(f"cannot load target {spec!r}: {exc}", retryable=False, fatal=True) from None
     except Exception as exc:  # the user's module raised while importing

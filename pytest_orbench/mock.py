@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from pytest_orbench.generate import CATEGORY_FIELD, COUNT_FIELD, PROMPT_QUOTE, SEED_QUOTE
+from pytest_orbench.judge import REPLY_QUOTE, REQUEST_QUOTE
+
 HARM = re.compile(
     r"harm|hurt|kill|weapon|steal|manipulat|exploit|illegal|unlawful|criminal|drug|explicit|sexual|erotic|\bsex|"
     r"intima|oral|blowjob|hand job|cuckold|porn|nude|racis|racial|supremac|hate|hack|cheat|deceiv|decept|mislead|"
@@ -153,6 +156,20 @@ def _between(text: str, start: str, end: str) -> str | None:
     return text[i + len(start):j] if i >= 0 and j > i else None
 
 
+def request_role(content: str) -> str:
+    """Which role a request asks the simulator to play, read from the markers judge.py and generate.py
+    put in their prompts (imported, so rewording a prompt cannot silently change the role)."""
+    if REQUEST_QUOTE[0] in content and REPLY_QUOTE[0] in content:
+        return "judge"
+    if SEED_QUOTE[0] in content and _field(content, COUNT_FIELD):
+        return "rewriter"
+    if _field(content, CATEGORY_FIELD) and _field(content, COUNT_FIELD):
+        return "seed_writer"
+    if PROMPT_QUOTE[0] in content:
+        return "moderator"
+    return "target"
+
+
 def judge_output(request: str, unscored_rate: float) -> tuple[str, str | None, str | None]:
     """The simulator acting as an LLM judge: (its reply text, the class it gave or None, the question).
 
@@ -160,8 +177,8 @@ def judge_output(request: str, unscored_rate: float) -> tuple[str, str | None, s
     by the template it came from. Some outputs name a wrong class first (the last one must win), some
     give no valid class at all (they must come out unscored).
     """
-    question = _between(request, "<<<REQUEST\n", "\nREQUEST>>>")
-    reply = _between(request, "<<<REPLY\n", "\nREPLY>>>")
+    question = _between(request, *REQUEST_QUOTE)
+    reply = _between(request, *REPLY_QUOTE)
     if question is None or reply is None:
         return "I could not find the request and reply to classify.", None, question
     cls = template_class(reply)
@@ -451,7 +468,8 @@ def make_handler(config: MockConfig, state: MockState) -> type[BaseHTTPRequestHa
             return True
 
         def _answer(self, prompt: str, system: str | None, body: dict[str, Any]) -> None:
-            if "<<<REQUEST\n" in prompt and "<<<REPLY\n" in prompt:
+            role = request_role(prompt)
+            if role == "judge":
                 text, cls, question = judge_output(prompt, config.judge_unscored_rate)
                 with state.lock:
                     state.judge_requests += 1
@@ -460,7 +478,8 @@ def make_handler(config: MockConfig, state: MockState) -> type[BaseHTTPRequestHa
                 self._completion(prompt, text, "stop")
                 return
             model = str(body.get("model") or "")
-            if self._generate(prompt, model):
+            if role != "target":
+                self._generate(role, prompt, model)
                 return
             decision = decide(prompt, system, strictness_of(model, config.strictness))
             with state.lock:
@@ -485,26 +504,23 @@ def make_handler(config: MockConfig, state: MockState) -> type[BaseHTTPRequestHa
                 text, finish = " ".join(words[:max_tokens]), "length"
             self._completion(prompt, text, finish)
 
-        def _generate(self, content: str, model: str) -> bool:
+        def _generate(self, role: str, content: str, model: str) -> None:
             """Answer the requests of `orbench generate` (seed writer, rewriter, moderator)."""
-            count = _field(content, "COUNT")
-            if "<<<SEED\n" in content and count:
-                seed = _between(content, "<<<SEED\n", "\nSEED>>>") or ""
-                items, toxic, duplicates = gen_rewrites(seed, int(count), config.gen_toxic_share, config.gen_duplicate_rate)
+            count = int(_field(content, COUNT_FIELD) or 0)
+            if role == "rewriter":
+                seed = _between(content, *SEED_QUOTE) or ""
+                items, toxic, duplicates = gen_rewrites(seed, count, config.gen_toxic_share, config.gen_duplicate_rate)
                 with state.lock:
                     state.generate.update(rewrites=len(items), toxic_rewrites=toxic, duplicate_rewrites=duplicates)
                 self._completion(content, _numbered(items), "stop")
-                return True
-            category = _field(content, "CATEGORY")
-            if category and count:
-                items = gen_seeds(category, int(count))
+            elif role == "seed_writer":
+                items = gen_seeds(_field(content, CATEGORY_FIELD) or "", count)
                 with state.lock:
                     state.generate.update(seeds=len(items))
                 self._completion(content, _numbered(items), "stop")
-                return True
-            if "<<<PROMPT\n" in content:
-                prompt = _between(content, "<<<PROMPT\n", "\nPROMPT>>>") or ""
-                listed = re.findall(r"^- ([^:\n]+):", content.split("<<<PROMPT")[0], re.MULTILINE)
+            else:  # moderator
+                prompt = _between(content, *PROMPT_QUOTE) or ""
+                listed = re.findall(r"^- ([^:\n]+):", content.split(PROMPT_QUOTE[0])[0], re.MULTILINE)
                 categories = [c for c in listed if c != "none of the above"]
                 label: str | None = moderator_label(prompt, model, categories, config.gen_moderator_flip)
                 if unit(prompt, "unparseable" + model) < config.gen_unparseable_rate:
@@ -514,8 +530,6 @@ def make_handler(config: MockConfig, state: MockState) -> type[BaseHTTPRequestHa
                 with state.lock:
                     state.votes.setdefault(hashlib.sha256(prompt.encode("utf-8")).hexdigest(), {})[model] = label
                 self._completion(content, text, "stop")
-                return True
-            return False
 
         def _completion(self, prompt: str, text: str, finish: str) -> None:
             self._json(200, {

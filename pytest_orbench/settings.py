@@ -411,24 +411,33 @@ def _api_key(values: dict[str, Any]) -> str | None:
         raise _fail(str(exc)) from None
 
 
-def _check_secrets(kwargs: dict[str, Any], where: str, key_setting: str, offline: bool) -> None:
-    """Literal credentials anywhere in nested kwargs are refused, showing the `{env: VAR}` form."""
+def secret_problem(kwargs: dict[str, Any], where: str, key_setting: str, check_env: bool = True) -> str | None:
+    """What is wrong with the credentials in litellm kwargs, with the fix (None: nothing). Literal
+    credentials anywhere in nested kwargs are refused, showing the `{env: VAR}` form; `{env: VAR}`
+    values need VAR set. Shared by the run's settings and `orbench generate`."""
     top = next((k for k in kwargs if SECRET_WORDS.search(str(k)) and not is_env_ref(kwargs[k])), None)
     if top is not None:
-        raise _fail(f"{where}.{top} looks like a secret; secrets never go in orbench.yaml. Put the key in an "
-                    f"environment variable and set {key_setting} to its name")
+        return (f"{where}.{top} looks like a secret; secrets never go in orbench.yaml. Put the key in an "
+                f"environment variable and set {key_setting} to its name")
     found = literal_secrets(kwargs, where)
     if found:
         path = found[0]
         name = path.rsplit(".", 1)[-1].split("[")[0]
         variable = re.sub(r"\W+", "_", name).strip("_").upper() or "SECRET"
-        raise _fail(f"{path} holds a literal credential; secrets never go in orbench.yaml. Write it as "
-                    f"{{{name}: {{env: {variable}}}}} and export {variable}=... in the environment that runs pytest "
-                    "(header values are sent, never stored or shown)")
+        return (f"{path} holds a literal credential; secrets never go in orbench.yaml. Write it as "
+                f"{{{name}: {{env: {variable}}}}} and export {variable}=... in the environment that runs pytest "
+                "(header values are sent, never stored or shown)")
     missing = [name for name in env_refs(kwargs) if not os.environ.get(name)]
-    if missing and not offline:
-        raise _fail(f"{where} reads ${missing[0]} ({{env: {missing[0]}}}), which is not set: export {missing[0]}=... "
-                    "before running")
+    if missing and check_env:
+        return (f"{where} reads ${missing[0]} ({{env: {missing[0]}}}), which is not set: export {missing[0]}=... "
+                "before running")
+    return None
+
+
+def _check_secrets(kwargs: dict[str, Any], where: str, key_setting: str, offline: bool) -> None:
+    problem = secret_problem(kwargs, where, key_setting, check_env=not offline)
+    if problem is not None:
+        raise _fail(problem)
 
 
 def _check_target(target: str, folders: list[Path]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 from collections.abc import Mapping
@@ -87,3 +88,12 @@ class ModelSpec:
     def key(self, **request: Any) -> str:
         """Store key of one request to this model: everything that determines the reply, no secrets."""
         return response_key({"model": self.model, "api_base": redact_url(self.api_base), "params": self.params, **request})
+
+
+def import_object(module_name: str, attr: str) -> Any:
+    """`module:attr.sub` resolved as Python would (a user's target or judge function); ImportError,
+    AttributeError and whatever the module raises while importing propagate to the caller."""
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj

@@ -133,11 +133,21 @@ def test_majority_of_the_whole_ensemble_decides(tmp_path: Path, votes: list[Any]
       "seed_model": "openai/s"}, "unknown key(s) ['api_key']"),
     ({"out": "o.csv", "rewriter": "openai/r", "moderators": ["openai/m"], "seed_model": "openai/s",
       "categories": ["privacy", "crypto-scams"]}, "category 'crypto-scams' has no description"),
+    # Credentials: the same checks, and the same fixes, as the run's own settings.
+    ({"out": "o.csv", "rewriter": {"model": "openai/r", "litellm_kwargs": {"api_key": "sk-1"}},
+      "moderators": ["openai/m"], "seed_model": "openai/s"},
+     "generate.rewriter.litellm_kwargs.api_key looks like a secret; secrets never go in orbench.yaml"),
+    ({"out": "o.csv", "rewriter": {"model": "openai/r", "litellm_kwargs": {"extra_headers": {"X-Token": "abc"}}},
+      "moderators": ["openai/m"], "seed_model": "openai/s"}, "holds a literal credential"),
+    ({"out": "o.csv", "rewriter": {"model": "openai/r",
+                                   "litellm_kwargs": {"extra_headers": {"X-Token": {"env": "ORBENCH_TEST_UNSET"}}}},
+      "moderators": ["openai/m"], "seed_model": "openai/s"}, "reads $ORBENCH_TEST_UNSET"),
 ])
 def test_bad_generate_settings_name_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                             values: dict[str, Any], message: str) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ORBENCH_TEST_UNSET", raising=False)
     (tmp_path / "s.csv").write_text("prompt,category\nx,privacy\n")
     with pytest.raises(GenerateError) as info:
         build_config(values, tmp_path)
