@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from action.github import GitHub, GitHubError
+from pytest_orbench.records import ResultsDocument
 from pytest_orbench.report import render_markdown_within
 
 GITHUB_LIMIT = 65536  # characters in an issue comment body
@@ -14,12 +15,12 @@ def marker(config_id: str) -> str:
     return f"<!-- pytest-orbench comment: {config_id} -->"
 
 
-def build_body(results: dict[str, Any], config_id: str, max_chars: int = GITHUB_LIMIT) -> str:
+def build_body(results: ResultsDocument, config_id: str, max_chars: int = GITHUB_LIMIT) -> str:
     head = marker(config_id) + "\n"
     return head + render_markdown_within(results, max_chars - len(head))
 
 
-def changed(results: dict[str, Any]) -> bool:
+def changed(results: ResultsDocument) -> bool:
     """For comment: on-change: anything a reviewer should see."""
     if results.get("gate", {}).get("verdict") != "pass" or results.get("changes"):
         return True
@@ -36,7 +37,7 @@ def find(comments: list[dict[str, Any]], config_id: str, login: str) -> dict[str
     return None
 
 
-def upsert(github: GitHub, number: int, results: dict[str, Any], config_id: str, mode: str) -> tuple[str, str | None]:
+def upsert(github: GitHub, number: int, results: ResultsDocument, config_id: str, mode: str) -> tuple[str, str | None]:
     """('created' | 'updated' | 'skipped', comment URL). Raises GitHubError when GitHub refuses."""
     if mode == "never":
         return "skipped", None

@@ -15,6 +15,7 @@ from action.comment import build_body, upsert
 from action.github import GitHub, GitHubError
 from action.settings import ActionSettings, ActionSettingsError, from_env
 from pytest_orbench.gate import BLOCKING
+from pytest_orbench.records import ResultsDocument, ResultsError, load_results
 
 OVER_REFUSAL = ("hard-1k", "xstest-safe", "80k")
 TOXIC = ("toxic", "xstest-unsafe")
@@ -28,7 +29,7 @@ def _fmt(value: float | None) -> str:
     return "" if value is None else f"{value:.4f}"
 
 
-def outputs(results: dict[str, Any]) -> dict[str, str]:
+def outputs(results: ResultsDocument) -> dict[str, str]:
     datasets = results["datasets"]
     over, toxic = _first(datasets, OVER_REFUSAL), _first(datasets, TOXIC)
     p_values = [c["p_value"] for c in results["gate"]["checks"] if c["kind"] == "regression"]
@@ -95,7 +96,11 @@ def main(env: Mapping[str, str] | None = None, github_factory: Callable[[ActionS
         return 1
     if not settings.results_path.is_file():
         return _no_results(settings)
-    results = json.loads(settings.results_path.read_text(encoding="utf-8"))
+    try:
+        results = load_results(settings.results_path)
+    except ResultsError as exc:
+        gha.error(f"{exc}; the results file is written by pytest --orbench-json", title="pytest-orbench")
+        return 1
     stat = prompt_diff_stat(settings.system_prompt_file, env.get("GITHUB_BASE_REF"))
     if stat is not None:
         results.setdefault("changes", []).append(stat)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pytest_orbench import __version__
 from pytest_orbench.jsonfile import dumps, write_atomic
+from pytest_orbench.records import ResultsDocument
 from pytest_orbench.stats import detectable_increase, mcnemar_p, mean_interval, paired_diff_ci, sign_flip_p
 
 BASELINE_SCHEMA = "pytest-orbench/baseline"
@@ -22,7 +24,7 @@ class BaselineError(Exception):
     """A baseline that cannot be read or compared; the message says what differs and what to do."""
 
 
-def baseline_document(results: dict[str, Any]) -> dict[str, Any]:
+def baseline_document(results: ResultsDocument) -> dict[str, Any]:
     """What a committed baseline records: the run's identity, the aggregates and each prompt's verdict."""
     run = results["run"]
     return {
@@ -40,7 +42,7 @@ def baseline_document(results: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def save_baseline(path: Path, results: dict[str, Any]) -> dict[str, Any]:
+def save_baseline(path: Path, results: ResultsDocument) -> dict[str, Any]:
     document = baseline_document(results)
     write_atomic(path, dumps(document))
     return document
@@ -139,7 +141,7 @@ def served_changes(old: dict[str, Any] | None, new: dict[str, Any] | None, endpo
 Trials = tuple[int, int]  # (refused trials, scored trials) of one prompt; (0|1, 1) with one trial
 
 
-def trials_of(prompt: dict[str, Any]) -> Trials:
+def trials_of(prompt: Mapping[str, Any]) -> Trials:
     """A prompt's refused and scored trials; a baseline from before trials existed has one each."""
     if prompt.get("scored_trials"):
         return int(prompt["refused_trials"]), int(prompt["scored_trials"])
@@ -198,7 +200,7 @@ def paired_block(pairs: list[tuple[Trials, Trials]], expected: str, alpha: float
     }
 
 
-def compare(baseline: dict[str, Any], results: dict[str, Any], alpha: float = 0.05) -> dict[str, dict[str, Any]]:
+def compare(baseline: dict[str, Any], results: ResultsDocument, alpha: float = 0.05) -> dict[str, dict[str, Any]]:
     """Per dataset (and category): paired shares, delta with 95% interval, one-sided paired test."""
     old = {p["id"]: p for p in baseline["prompts"]}
     comparison: dict[str, dict[str, Any]] = {}
@@ -230,7 +232,7 @@ def compare(baseline: dict[str, Any], results: dict[str, Any], alpha: float = 0.
     return comparison
 
 
-def drift(baseline: dict[str, Any], base_results: dict[str, Any], alpha: float = 0.05) -> dict[str, Any]:
+def drift(baseline: dict[str, Any], base_results: ResultsDocument, alpha: float = 0.05) -> dict[str, Any]:
     """What changed without the pull request: the live base configuration now vs the recorded baseline
     (a provider updating a model behind the same name, nondeterminism). Reported, never gated."""
     hashes = {p["id"]: p["prompt_sha256"] for p in base_results["prompts"]}

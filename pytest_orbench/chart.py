@@ -5,8 +5,10 @@ from __future__ import annotations
 import csv
 import html
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 PAPER_CSV = Path(__file__).parent / "data" / "or-bench-paper-results.csv"
 PAPER = "Cui et al., OR-Bench, ICML 2025 (arXiv:2405.20947), Tables 2 and 6"
@@ -27,12 +29,12 @@ def paper_points() -> list[Point]:
                 for row in csv.DictReader(fh)]
 
 
-def run_point(label: str, datasets: dict[str, dict[str, object]], kind: str, rate_key: str = "rejection_rate") -> Point | None:
+def run_point(label: str, datasets: Mapping[str, Mapping[str, Any]], kind: str, rate_key: str = "rejection_rate") -> Point | None:
     """A run's point, when it measured both Hard-1K and Toxic."""
     hard, toxic = datasets.get("hard-1k"), datasets.get("toxic")
     if not hard or not toxic or hard.get(rate_key) is None or toxic.get(rate_key) is None:
         return None
-    return Point(label, float(hard[rate_key]), float(toxic[rate_key]), kind)  # type: ignore[arg-type]
+    return Point(label, float(hard[rate_key]), float(toxic[rate_key]), kind)
 
 
 def _mermaid_label(text: str) -> str:

@@ -8,10 +8,13 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_orbench.judge import DEFAULT_JUDGE
 from pytest_orbench.mock import DEFAULT_STRICTNESS, MockConfig, MockServer
+
+if TYPE_CHECKING:
+    from pytest_orbench.records import ResultsDocument
 
 
 def _mock_server(args: argparse.Namespace) -> int:
@@ -53,13 +56,13 @@ def _fail(message: str) -> int:
     return 2
 
 
-def _load_results(path: Path) -> dict[str, Any]:
-    from pytest_orbench.jsonfile import read_json
-    from pytest_orbench.report import RESULTS_SCHEMA
+def _load_results(path: Path) -> ResultsDocument:
+    from pytest_orbench.records import ResultsError, load_results
 
-    data = read_json(path)
-    if data.get("schema") != RESULTS_SCHEMA:
-        raise ValueError(f"{path} is not a results file of pytest --orbench --orbench-json (no \"schema\": \"{RESULTS_SCHEMA}\")")
+    try:
+        data = load_results(path)
+    except ResultsError as exc:
+        raise ValueError(f"{exc}; results files are written by pytest --orbench --orbench-json") from None
     # A results file may already hold a comparison with another baseline: start from the run alone.
     data.pop("gate", None)
     data.pop("changes", None)

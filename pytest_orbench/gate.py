@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_orbench.baseline import check_comparable, compare
+from pytest_orbench.records import ResultsDocument
 
 GLOBAL_KEYS = {"error_budget", "alpha", "tolerance_pp"}
 DATASET_KEYS = {"max_rejection", "min_rejection", "tolerance_pp", "alpha"}
@@ -94,7 +95,7 @@ def holm(p_values: list[float]) -> list[float]:
     return adjusted
 
 
-def evaluate(results: dict[str, Any], config: GateConfig, sampled: bool = False) -> dict[str, Any]:
+def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False) -> dict[str, Any]:
     """Every check with its observed value, limit and outcome; fail beats inconclusive beats pass.
 
     With no check beyond the error budgets the verdict is `ungated` (inconclusive if the budget is
@@ -174,7 +175,7 @@ def _decide_regressions(checks: list[dict[str, Any]]) -> None:
         )
 
 
-def assess(results: dict[str, Any], baseline: dict[str, Any] | None, config: GateConfig) -> dict[str, Any]:
+def assess(results: ResultsDocument, baseline: dict[str, Any] | None, config: GateConfig) -> ResultsDocument:
     """Add the comparison with `baseline` (if any), what changed, and the gate verdict to `results`."""
     not_compared: list[str] = []
     if baseline is not None:

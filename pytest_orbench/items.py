@@ -67,7 +67,7 @@ class PromptItem(pytest.Item):
         record = self.plugin.judge_item(self, self.outcomes, self.base_outcomes)
         self.user_properties.append(("orbench", record))
         if record["verdict"] == Verdict.ERROR.value:
-            pytest.fail(f"judge failed on {self.prompt.id}: {term_safe(record['error'], 500)}", pytrace=False)
+            pytest.fail(f"judge failed on {self.prompt.id}: {term_safe(record['error'] or 'no reason given', 500)}", pytrace=False)
         if record["verdict"] == Verdict.UNSCORED.value:
             # Not an answer, not a refusal: excluded from the rates, counted apart, never guessed.
             pytest.skip(f"unscored: {term_safe(record['judge_reason'], 200)}")

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +28,13 @@ def _escape_invisible(text: str) -> str:
     return _INVISIBLE.sub(one, text)
 
 
-def dumps(data: dict[str, Any], records_key: str = "prompts") -> str:
+def dumps(data: Mapping[str, Any], records_key: str = "prompts") -> str:
     """JSON with sorted keys; the list under `records_key` gets one compact record per line; invisible
     characters escaped."""
     return _escape_invisible(_dumps(data, records_key))
 
 
-def _dumps(data: dict[str, Any], records_key: str) -> str:
+def _dumps(data: Mapping[str, Any], records_key: str) -> str:
     records = data.get(records_key)
     head = {k: v for k, v in data.items() if k != records_key}
     text = json.dumps(head, indent=2, sort_keys=True, ensure_ascii=False)
@@ -64,7 +65,7 @@ def write_atomic(path: Path, text: str) -> None:
             os.unlink(tmp)
 
 
-def write_json(path: Path, data: dict[str, Any], records_key: str = "prompts") -> None:
+def write_json(path: Path, data: Mapping[str, Any], records_key: str = "prompts") -> None:
     write_atomic(path, dumps(data, records_key))
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from pytest_orbench.jsonfile import write_atomic, write_json
+from pytest_orbench.records import ResultsDocument
 
 
-def junit_xml(results: dict[str, Any]) -> str:
+def junit_xml(results: ResultsDocument) -> str:
     """One testcase per gate check: a failed check fails, an inconclusive one errors."""
     from junit_xml import TestCase, TestSuite, to_xml_report_string
 
@@ -24,7 +24,7 @@ def junit_xml(results: dict[str, Any]) -> str:
     return str(to_xml_report_string([TestSuite("orbench-gate", cases)], prettyprint=True))
 
 
-def tradeoff_svg(results: dict[str, Any]) -> str:
+def tradeoff_svg(results: ResultsDocument) -> str:
     from pytest_orbench.chart import paper_points, run_point, svg
 
     comparisons = {n: s["comparison"] for n, s in results["datasets"].items() if s.get("comparison")}
@@ -33,7 +33,7 @@ def tradeoff_svg(results: dict[str, Any]) -> str:
     return svg(paper_points() + [p for p in ours if p is not None])
 
 
-def write_outputs(results: dict[str, Any], *, json: Path | None = None, markdown: Path | None = None,
+def write_outputs(results: ResultsDocument, *, json: Path | None = None, markdown: Path | None = None,
                   svg: Path | None = None, junit: Path | None = None, markdown_max_chars: int | None = None) -> list[Path]:
     """Write the requested files atomically; return what was written. The Markdown report stays within
     `markdown_max_chars` (default: a GitHub comment's 65,536) by dropping list items, never Markdown."""

@@ -6,14 +6,22 @@ import html
 import re
 import unicodedata
 from collections import Counter, defaultdict
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, cast
 
 from pytest_orbench import __version__
+from pytest_orbench.records import (
+    RESULTS_SCHEMA,
+    RESULTS_SCHEMA_VERSION,
+    BaseRecord,
+    DatasetSummary,
+    PromptRecord,
+    RateBlock,
+    ResultsDocument,
+)
 from pytest_orbench.stats import mean_interval, wilson
 
-RESULTS_SCHEMA = "pytest-orbench/results"
-RESULTS_SCHEMA_VERSION = 1
+__all__ = ["RESULTS_SCHEMA", "RESULTS_SCHEMA_VERSION"]  # re-exported: the schema's home is records.py
 VERDICTS = ("direct_answer", "direct_refusal", "indirect_refusal", "filtered", "empty", "error", "unscored")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
@@ -35,7 +43,7 @@ def term_safe(text: str, limit: int | None = None) -> str:
     return text
 
 
-def _rate_block(records: list[dict[str, Any]]) -> dict[str, Any]:
+def _rate_block(records: list[PromptRecord]) -> RateBlock:
     """Rates over the scored prompts. With repeated trials a prompt counts with its refusal share
     (refused / scored trials), the rate is the mean share, and its interval is the normal interval of
     that mean (prompts are the sampling unit); with one trial, shares are 0 or 1 and this is the
@@ -67,33 +75,33 @@ def _rate_block(records: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _share(record: dict[str, Any]) -> float:
+def _share(record: PromptRecord) -> float:
     share = record.get("refused_share")
     return float(share) if share is not None else float(bool(record["refused"]))
 
 
-def summarize(records: Iterable[dict[str, Any]], expected: dict[str, str]) -> dict[str, dict[str, Any]]:
+def summarize(records: Iterable[PromptRecord], expected: dict[str, str]) -> dict[str, DatasetSummary]:
     """Per dataset: n (errors and unscored excluded), refused, rates, Wilson 95% CI, per category."""
-    by_dataset: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_dataset: dict[str, list[PromptRecord]] = defaultdict(list)
     for record in records:
         by_dataset[record["dataset"]].append(record)
-    summaries: dict[str, dict[str, Any]] = {}
+    summaries: dict[str, DatasetSummary] = {}
     for name in expected:
         rows = by_dataset.get(name, [])
         if not rows:
             continue  # every prompt deselected (-k, node ids): not part of this run
-        block = _rate_block(rows)
-        block["expected"] = expected[name]
-        block["total"] = len(rows)
-        by_category: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        by_category: dict[str, list[PromptRecord]] = defaultdict(list)
         for row in rows:
             by_category[row["category"]].append(row)
-        block["categories"] = {c: _rate_block(by_category[c]) for c in sorted(by_category)}
-        summaries[name] = block
+        # (a cast: mypy cannot build a TypedDict from another one's keys plus its own)
+        summaries[name] = cast(DatasetSummary, {
+            **_rate_block(rows), "expected": expected[name], "total": len(rows),
+            "categories": {c: _rate_block(by_category[c]) for c in sorted(by_category)}})
     return summaries
 
 
-def results_document(run: dict[str, Any], summaries: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
+def results_document(run: dict[str, Any], summaries: dict[str, DatasetSummary], records: list[PromptRecord]
+                     ) -> ResultsDocument:
     return {
         "schema": RESULTS_SCHEMA,
         "schema_version": RESULTS_SCHEMA_VERSION,
@@ -104,14 +112,14 @@ def results_document(run: dict[str, Any], summaries: dict[str, Any], records: li
     }
 
 
-def served_versions(records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+def served_versions(records: list[PromptRecord] | list[BaseRecord]) -> dict[str, dict[str, int]]:
     """What the provider said served the replies: model versions and system fingerprints, with counts."""
     models = Counter(str(r["served_model"]) for r in records if r.get("served_model"))
     fingerprints = Counter(str(r["system_fingerprint"]) for r in records if r.get("system_fingerprint"))
     return {"models": dict(sorted(models.items())), "system_fingerprints": dict(sorted(fingerprints.items()))}
 
 
-def xfail_line(results: dict[str, Any]) -> str | None:
+def xfail_line(results: ResultsDocument) -> str | None:
     """What the xfailed tests are: "612 xfailed = 450 over-refusals (hard-1k) + 162 toxic answers (toxic)"."""
     parts = []
     for name, summary in results["datasets"].items():
@@ -245,7 +253,7 @@ def _spend_text(spend: dict[str, Any] | None) -> str:
 
 
 # -- the gate, for the terminal ----------------------------------------------------------------
-def gate_lines(results: dict[str, Any], newly_limit: int = 20) -> list[str]:
+def gate_lines(results: ResultsDocument, newly_limit: int = 20) -> list[str]:
     """The short verdict block: each failed check with numbers, then the newly refused prompts."""
     gate = results.get("gate")
     if not gate:
@@ -276,7 +284,7 @@ def gate_lines(results: dict[str, Any], newly_limit: int = 20) -> list[str]:
         what = "newly refused" if summary["expected"] != "refuse" else "newly answered (texts withheld)"
         lines.append(f"  {name}: {len(worse_ids)} {what}:")
         for prompt_id in worse_ids[:newly_limit]:
-            prompt = by_id.get(prompt_id, {})
+            prompt: Mapping[str, Any] = by_id.get(prompt_id) or {}
             text = "" if summary["expected"] == "refuse" else "  " + term_safe(str(prompt.get("prompt", "")), 100)
             lines.append(f"    {prompt_id} [{term_safe(str(prompt.get('category', '')), 30)}]{text}")
         if len(worse_ids) > newly_limit:
@@ -356,7 +364,7 @@ def _ci_pp(ci: list[float]) -> str:
     return f"[{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}] pp"
 
 
-def _dataset_rows(results: dict[str, Any]) -> list[str]:
+def _dataset_rows(results: ResultsDocument) -> list[str]:
     has_baseline = any(s.get("comparison") for s in results["datasets"].values())
     if has_baseline:
         rows = ["| dataset | expect | n | baseline | current | Δ | 95% CI | p | p adj. | newly refused | newly answered |",
@@ -382,7 +390,7 @@ def _dataset_rows(results: dict[str, Any]) -> list[str]:
     return rows
 
 
-def _changes(results: dict[str, Any]) -> list[str]:
+def _changes(results: ResultsDocument) -> list[str]:
     changes = results.get("changes")
     if changes is None:
         return []
@@ -406,7 +414,7 @@ def _changes(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def change_lines(results: dict[str, Any]) -> list[str]:
+def change_lines(results: ResultsDocument) -> list[str]:
     """What changed against the baseline, for the terminal (the provider's own changes included)."""
     lines = []
     for change in results.get("changes") or []:
@@ -421,7 +429,7 @@ def change_lines(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _prompt_list(results: dict[str, Any], name: str, ids: list[str], what: str, limit: int | None) -> list[str]:
+def _prompt_list(results: ResultsDocument, name: str, ids: list[str], what: str, limit: int | None) -> list[str]:
     summary = results["datasets"][name]
     toxic = summary["expected"] == "refuse"
     by_id = {p["id"]: p for p in results["prompts"]}
@@ -429,7 +437,7 @@ def _prompt_list(results: dict[str, Any], name: str, ids: list[str], what: str, 
     withheld = " (texts withheld)" if toxic else ""
     lines = ["<details>", f"<summary>{md_escape(name)}: {len(ids)} {what}{withheld}</summary>", ""]
     for prompt_id in shown:
-        p = by_id.get(prompt_id, {})
+        p: Mapping[str, Any] = by_id.get(prompt_id) or {}
         item = f"- {md_code(prompt_id, 120)} ({md_escape(str(p.get('category', '')))})"
         if not toxic:
             # Toxic prompts and replies to them are never posted; safe ones help reviewers judge.
@@ -452,7 +460,7 @@ def _judge_calls_md(run: dict[str, Any]) -> str:
     return f", {judged['sent_to_llm']} replies read by the LLM judge{cost}"
 
 
-def render_markdown(results: dict[str, Any], list_limit: int | None = None) -> str:
+def render_markdown(results: ResultsDocument, list_limit: int | None = None) -> str:
     """The report: verdict, per-dataset table, checks, what changed, trade-off chart, prompt lists."""
     from pytest_orbench.chart import mermaid, paper_points, run_point
 
@@ -517,15 +525,15 @@ def render_markdown(results: dict[str, Any], list_limit: int | None = None) -> s
                              f"{c['newly_answered']} |")
         lines += ["", "</details>", ""]
     for name, summary in results["datasets"].items():
-        comparison = summary.get("comparison")
-        if comparison:
+        block = summary.get("comparison")
+        if block:
             for key, what in (("newly_refused_ids", "newly refused"), ("newly_answered_ids", "newly answered")):
-                if comparison[key]:
-                    lines += _prompt_list(results, name, comparison[key], what, list_limit)
+                if block[key]:
+                    lines += _prompt_list(results, name, block[key], what, list_limit)
     return "\n".join(lines).rstrip() + "\n"
 
 
-def render_markdown_within(results: dict[str, Any], max_chars: int = GITHUB_COMMENT_LIMIT) -> str:
+def render_markdown_within(results: ResultsDocument, max_chars: int = GITHUB_COMMENT_LIMIT) -> str:
     """The report shortened to fit (GitHub comments: 65,536 characters) by dropping list items only."""
     for limit in (None, 200, 100, 50, 20, 10, 5, 0):
         body = render_markdown(results, list_limit=limit)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
@@ -17,6 +17,7 @@ from pytest_orbench.baseline import BaselineError, baseline_document, drift, loa
 from pytest_orbench.gate import BLOCKING, assess
 from pytest_orbench.judge import Verdict
 from pytest_orbench.outputs import write_outputs
+from pytest_orbench.records import PromptRecord, ResultsDocument, Usage
 from pytest_orbench.report import (
     drift_lines,
     gate_lines,
@@ -31,15 +32,39 @@ if TYPE_CHECKING:
     from pytest_orbench.session import OrbenchPlugin
 
 
-def _spend(records: list[dict[str, Any]], cost_field: str, usage_field: str) -> dict[str, Any]:
-    """Tokens and USD paid in this run; cost is None when litellm knows no price for a model."""
-    costs = [r.get(cost_field) for r in records if r.get(usage_field)]
-    usages = [r[usage_field] for r in records if r.get(usage_field)]
+def _spend(paid: list[tuple[float | None, Usage | None]]) -> dict[str, Any]:
+    """Tokens and USD paid in this run, from (cost, usage) per prompt; cost is None when litellm knows no
+    price for a model."""
+    calls = [(cost, usage) for cost, usage in paid if usage]
     return {
-        "prompt_tokens": sum(u.get("prompt_tokens") or 0 for u in usages),
-        "completion_tokens": sum(u.get("completion_tokens") or 0 for u in usages),
-        "cost_usd": round(sum(c for c in costs if c), 6) if costs and all(c is not None for c in costs) else None,
+        "prompt_tokens": sum(usage.get("prompt_tokens") or 0 for _, usage in calls if usage),
+        "completion_tokens": sum(usage.get("completion_tokens") or 0 for _, usage in calls if usage),
+        "cost_usd": (round(sum(cost for cost, _ in calls if cost), 6)
+                     if calls and all(cost is not None for cost, _ in calls) else None),
     }
+
+
+def base_record(record: PromptRecord) -> PromptRecord:
+    """The prompt as the live base answered it, as a record of its own (for the base run's summaries)."""
+    base = record["base"]
+    matched = None if base["refused"] is None else base["refused"] == (record["expected"] == "refuse")
+    out: PromptRecord = {
+        "verdict": base["verdict"], "refused": base["refused"], "refused_share": base["refused_share"],
+        "refused_trials": base["refused_trials"], "scored_trials": base["scored_trials"],
+        "trial_errors": base["trial_errors"], "judge_reason": base["judge_reason"], "error": base["error"],
+        "reply_excerpt": base["reply_excerpt"], "id": record["id"], "dataset": record["dataset"], "category": record["category"],
+        "expected": record["expected"], "prompt_sha256": record["prompt_sha256"], "prompt": record["prompt"],
+        "matched": matched, "from_store": not base["fetched"], "fetched": base["fetched"],
+        "calls_made": 0, "calls_stored": 0,  # counted on the prompt's own record
+        "cost": base["base_cost"], "usage": base["base_usage"],
+        "judge_llm": False, "judge_fetched": False, "judge_cost": None, "judge_usage": None,
+        "served_model": base["served_model"], "system_fingerprint": base["system_fingerprint"],
+    }
+    if "flaky" in base:
+        out["flaky"] = base["flaky"]
+    if "trials" in base:
+        out["trials"] = base["trials"]
+    return out
 
 
 class RunResults:
@@ -48,8 +73,8 @@ class RunResults:
     def __init__(self, plugin: OrbenchPlugin) -> None:
         self.plugin = plugin
         self.settings = plugin.settings
-        self.records: dict[str, dict[str, Any]] = {}
-        self.results: dict[str, Any] | None = None
+        self.records: dict[str, PromptRecord] = {}
+        self.results: ResultsDocument | None = None
         self.forgiven_errors = 0
 
     @pytest.hookimpl(tryfirst=True)  # before the terminal reporter writes: the progress status goes first
@@ -60,7 +85,7 @@ class RunResults:
             self.plugin.progress.done_waiting()
         for name, value in report.user_properties:
             if name == "orbench" and isinstance(value, dict):
-                self.records[value["id"]] = value
+                self.records[value["id"]] = cast(PromptRecord, value)  # made by session.judge_item
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -73,16 +98,16 @@ class RunResults:
             "stored": sum(r.get("calls_stored", int(r["from_store"])) for r in records),
             "errors": sum(1 for r in records if r["verdict"] == Verdict.ERROR.value),
         }
-        run["spend"] = {"endpoint": _spend(records, "cost", "usage")}
+        run["spend"] = {"endpoint": _spend([(r["cost"], r["usage"]) for r in records])}
         if self.settings.base is not None:
-            run["spend"]["base"] = _spend([r["base"] for r in records if "base" in r], "base_cost", "base_usage")
+            run["spend"]["base"] = _spend([(r["base"]["base_cost"], r["base"]["base_usage"]) for r in records if "base" in r])
         if self.plugin.judge.llm is not None:
             run["judge_calls"] = {
                 "sent_to_llm": sum(1 for r in records if r.get("judge_llm")),
                 "decided_without_llm": sum(1 for r in records if not r.get("judge_llm") and r["verdict"] != Verdict.ERROR.value),
                 "made": sum(1 for r in records if r.get("judge_fetched")),
             }
-            run["spend"]["judge"] = _spend(records, "judge_cost", "judge_usage")
+            run["spend"]["judge"] = _spend([(r["judge_cost"], r["judge_usage"]) for r in records])
         run["served"] = served_versions(records)
         run["started"] = datetime.fromtimestamp(self.plugin.started, UTC).isoformat(timespec="seconds")
         run["duration_seconds"] = round(time.time() - self.plugin.started, 2)
@@ -92,8 +117,7 @@ class RunResults:
         reference = self.plugin.baseline
         if s.base is not None:
             # The live base: the same prompts asked under the base configuration in this session.
-            base_records = [{**{k: r[k] for k in ("id", "dataset", "category", "expected", "prompt_sha256")}, **r["base"]}
-                            for r in records if "base" in r]
+            base_records = [base_record(r) for r in records if "base" in r]
             base_run = self.plugin.run_meta(1)
             base_run["served"] = served_versions(base_records)
             base_results = results_document(base_run, summarize(base_records, expected), base_records)
@@ -115,7 +139,7 @@ class RunResults:
                       markdown_max_chars=s.markdown_max_chars)
         self._set_exit_status(session, records)
 
-    def _incomplete(self, session: pytest.Session, exitstatus: int, records: list[dict[str, Any]]) -> str | None:
+    def _incomplete(self, session: pytest.Session, exitstatus: int, records: list[PromptRecord]) -> str | None:
         """Why this run may not become a baseline (None: it may). A baseline is only ever a complete,
         trustworthy run: every selected prompt answered, within the error budget, not a sample of a
         full baseline, not interrupted."""
@@ -150,7 +174,7 @@ class RunResults:
         except BaselineError:
             return None  # unreadable: replacing it is what the user asked for
 
-    def _set_exit_status(self, session: pytest.Session, records: list[dict[str, Any]]) -> None:
+    def _set_exit_status(self, session: pytest.Session, records: list[PromptRecord]) -> None:
         """The gate decides: a failed or inconclusive gate fails the run; endpoint errors within the
         error budget do not (their tests still show as errors)."""
         assert self.results is not None

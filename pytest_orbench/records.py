@@ -1,0 +1,155 @@
+"""The records that cross modules, typed: one prompt's record, a dataset's summary, the results document.
+
+They are plain dicts at run time (TypedDicts): the per-prompt record travels from an xdist worker to
+the controller inside a test report's `user_properties`, and the results document is written as JSON
+and read back by `orbench compare` and the Action. The one boundary from JSON is `load_results`
+(results files) and `baseline.load_baseline` (baselines); inside the process mypy checks every key.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, NotRequired, TypedDict, cast
+
+RESULTS_SCHEMA = "pytest-orbench/results"
+RESULTS_SCHEMA_VERSION = 1
+
+
+class Usage(TypedDict):
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class TrialVerdict(TypedDict):
+    """One trial of a prompt asked several times (--orbench-trials)."""
+
+    verdict: str
+    refused: bool | None
+    error: NotRequired[str]
+
+
+class Combined(TypedDict):
+    """A prompt's verdict over its trials: refused when at least half of the scored trials refused."""
+
+    verdict: str  # a judge.Verdict value
+    refused: bool | None  # None: error or unscored
+    refused_share: float | None
+    refused_trials: int
+    scored_trials: int
+    trial_errors: int
+    judge_reason: str
+    error: str | None
+    reply_excerpt: str
+    flaky: NotRequired[bool]  # with trials: some refused, some answered
+    trials: NotRequired[list[TrialVerdict]]
+
+
+class BaseRecord(Combined):
+    """The same prompt under the live base configuration (--orbench-base-*)."""
+
+    fetched: bool
+    served_model: str | None
+    system_fingerprint: str | None
+    base_cost: float | None
+    base_usage: Usage | None
+
+
+class Costs(TypedDict):
+    """What one prompt cost in this run: endpoint calls and judge calls paid for now (None: price unknown)."""
+
+    cost: float | None
+    usage: Usage | None
+    judge_llm: bool
+    judge_fetched: bool
+    judge_cost: float | None
+    judge_usage: Usage | None
+
+
+class PromptRecord(Combined):
+    """One prompt test's result, as in the results file's `prompts` list."""
+
+    id: str
+    dataset: str
+    category: str
+    expected: str  # "answer" | "refuse"
+    prompt_sha256: str
+    prompt: str
+    matched: bool | None  # the behaviour matched the expectation
+    from_store: bool
+    fetched: bool
+    calls_made: int
+    calls_stored: int
+    cost: float | None
+    usage: Usage | None
+    judge_llm: bool
+    judge_fetched: bool
+    judge_cost: float | None
+    judge_usage: Usage | None
+    finish_reason: NotRequired[str | None]
+    served_model: NotRequired[str | None]
+    system_fingerprint: NotRequired[str | None]
+    stored_at: NotRequired[float | None]
+    base: NotRequired[BaseRecord]
+
+
+class RateBlock(TypedDict):
+    """Rates over the scored prompts of a dataset or a category."""
+
+    n: int  # scored prompts (errors and unscored excluded)
+    refused: int
+    errors: int
+    unscored: int
+    filtered: int
+    empty: int
+    rejection_rate: float | None
+    acceptance_rate: float | None
+    ci95: list[float | None]
+    flaky: int
+    flaky_prompts: list[str]
+    verdicts: dict[str, int]
+
+
+class DatasetSummary(RateBlock):
+    expected: str
+    total: int  # prompts of the dataset in this run, errors included
+    categories: dict[str, RateBlock]
+    comparison: NotRequired[dict[str, Any]]  # with a baseline: baseline.compare's paired block
+
+
+class ResultsDocument(TypedDict):
+    """The results file (--orbench-json); `gate`, `comparison` etc. are added by gate.assess."""
+
+    schema: str
+    schema_version: int
+    plugin_version: str
+    run: dict[str, Any]
+    datasets: dict[str, DatasetSummary]
+    prompts: list[PromptRecord]
+    gate: NotRequired[dict[str, Any]]
+    changes: NotRequired[list[dict[str, Any]]]  # with a baseline: what differs from its run (baseline.check_comparable)
+    base: NotRequired[dict[str, Any]]
+    drift: NotRequired[dict[str, Any]]
+
+
+class ResultsError(Exception):
+    """A file that is not a pytest-orbench results document."""
+
+
+def load_results(path: Path) -> ResultsDocument:
+    """A results file written by `--orbench-json`, checked at the boundary (schema and the keys read)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ResultsError(f"cannot read {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ResultsError(f"{path} is not JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("schema") != RESULTS_SCHEMA:
+        raise ResultsError(f"{path} is not a pytest-orbench results file (schema {RESULTS_SCHEMA!r} expected)")
+    if data.get("schema_version") != RESULTS_SCHEMA_VERSION:
+        raise ResultsError(f"{path} has results schema version {data.get('schema_version')!r}; this pytest-orbench "
+                           f"reads version {RESULTS_SCHEMA_VERSION}")
+    for key, kind in (("run", dict), ("datasets", dict), ("prompts", list)):
+        if not isinstance(data.get(key), kind):
+            raise ResultsError(f"{path}: `{key}` is missing or not a {kind.__name__}")
+    return cast(ResultsDocument, data)
