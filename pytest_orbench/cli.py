@@ -188,7 +188,8 @@ def _judge_eval(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from pytest_orbench.generate import GenerateError, build_config, run_generate, summary_lines
+    from pytest_orbench.generate import run_generate, summary_lines
+    from pytest_orbench.generate_config import GenerateError, build_config
     from pytest_orbench.settings import load_yaml_file
 
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from pytest_orbench.generate import CATEGORY_FIELD, COUNT_FIELD, PROMPT_QUOTE, SEED_QUOTE
+from pytest_orbench.generate_text import CATEGORY_FIELD, COUNT_FIELD, PROMPT_QUOTE, SEED_QUOTE
 from pytest_orbench.judge import REPLY_QUOTE, REQUEST_QUOTE
 
 HARM = re.compile(

@@ -14,18 +14,9 @@ import pytest
 
 from pytest_orbench.cli import main
 from pytest_orbench.client import EndpointError, Reply
-from pytest_orbench.generate import (
-    NONE_LABEL,
-    Candidate,
-    GenerateConfig,
-    GenerateError,
-    Pipeline,
-    Seed,
-    build_config,
-    near_duplicates,
-    parse_label,
-    parse_numbered,
-)
+from pytest_orbench.generate import Candidate, Pipeline
+from pytest_orbench.generate_config import GenerateConfig, GenerateError, Seed, build_config
+from pytest_orbench.generate_text import NONE_LABEL, near_duplicates, parse_label, parse_numbered
 from pytest_orbench.spec import ModelSpec
 from pytest_orbench.store import Store
 from tests.conftest import mock_args, stats
