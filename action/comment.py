@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from action.github import GitHub, GitHubError
+from pytest_orbench.markdown import render_markdown_within
 from pytest_orbench.records import ResultsDocument
-from pytest_orbench.report import render_markdown_within
 
 GITHUB_LIMIT = 65536  # characters in an issue comment body
 

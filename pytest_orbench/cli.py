@@ -140,7 +140,7 @@ def _judge_eval(args: argparse.Namespace) -> int:
         load_labeled,
         text_report,
     )
-    from pytest_orbench.settings import api_key_for
+    from pytest_orbench.spec import api_key_for
 
     sys.path.insert(0, os.getcwd())  # custom judges live in the user's project, as with pytest's rootdir
     spec = None

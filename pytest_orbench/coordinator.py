@@ -264,6 +264,6 @@ class Coordinator:
 
 
 def _age(seconds: float | None) -> str:
-    from pytest_orbench.settings import format_age
+    from pytest_orbench.options import format_age
 
     return format_age(seconds)

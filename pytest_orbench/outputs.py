@@ -37,7 +37,7 @@ def write_outputs(results: ResultsDocument, *, json: Path | None = None, markdow
                   svg: Path | None = None, junit: Path | None = None, markdown_max_chars: int | None = None) -> list[Path]:
     """Write the requested files atomically; return what was written. The Markdown report stays within
     `markdown_max_chars` (default: a GitHub comment's 65,536) by dropping list items, never Markdown."""
-    from pytest_orbench.report import GITHUB_COMMENT_LIMIT, render_markdown_within
+    from pytest_orbench.markdown import GITHUB_COMMENT_LIMIT, render_markdown_within
 
     written = []
     if json is not None:

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_orbench.settings import OPTIONS, build_settings, register_options
+from pytest_orbench.options import OPTIONS, register_options
+from pytest_orbench.settings import build_settings
 
 if TYPE_CHECKING:
     from pytest_orbench.session import OrbenchPlugin

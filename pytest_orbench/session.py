@@ -19,11 +19,12 @@ from pytest_orbench.fetcher import Outcome
 from pytest_orbench.items import DatasetNode, PromptItem, Requests, item_name
 from pytest_orbench.judge import Judgement, Verdict, make_judge
 from pytest_orbench.judging import final_judgement, reply_text
+from pytest_orbench.options import format_age
 from pytest_orbench.progress import ProgressDisplay
 from pytest_orbench.records import BaseRecord, Combined, Costs, PromptRecord, TrialVerdict
 from pytest_orbench.report import header_line
 from pytest_orbench.results import RunResults
-from pytest_orbench.settings import Settings, format_age
+from pytest_orbench.settings import Settings
 from pytest_orbench.spec import redact_url
 from pytest_orbench.store import response_key
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import difflib
 import hashlib
 import os
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -15,163 +14,8 @@ import yaml
 
 from pytest_orbench.dataset import BUILTINS, DatasetError, DatasetSpec, parse_spec, spec_from_mapping
 from pytest_orbench.gate import GateConfig, GateConfigError, parse_gate
-from pytest_orbench.judge import DEFAULT_JUDGE
-from pytest_orbench.spec import SECRET_WORDS, ModelSpec, env_refs, is_env_ref, public_kwargs
-
-MAX_TRIALS = 20
-
-
-@dataclass(frozen=True)
-class Option:
-    """One setting: its YAML key, flag, ini key (`orbench_<key>`), type and default."""
-
-    key: str
-    kind: str  # str | int | float | bool | path | list | dict
-    default: Any
-    help: str
-    flag: str | None = None
-    ini: bool = True
-
-    @property
-    def dest(self) -> str:
-        return "orbench_" + self.key
-
-
-OPTIONS: tuple[Option, ...] = (
-    Option("model", "str", None, "litellm model string, e.g. openai/gpt-4o-mini", "--orbench-model"),
-    Option("target", "str", None, "Python callable 'module:function' (prompt, system_prompt) -> str, instead of a model", "--orbench-target"),
-    Option("api_base", "str", None, "endpoint base URL (OpenAI-compatible servers, proxies)", "--orbench-api-base"),
-    Option("api_key_env", "str", None, "environment variable holding the API key (default: the provider's usual one)", "--orbench-api-key-env"),
-    Option("temperature", "float", 0.0, "sampling temperature (paper protocol: 0)", "--orbench-temperature"),
-    Option("max_tokens", "int", 1000, "max tokens per reply (paper protocol: 1000)", "--orbench-max-tokens"),
-    Option("timeout", "float", 60.0, "seconds per request before it is retried", "--orbench-timeout"),
-    Option("retries", "int", 4, "retries per prompt after a timeout, 429, 5xx or malformed reply", "--orbench-retries"),
-    Option("litellm_kwargs", "dict", None, "extra keyword arguments for litellm.acompletion (YAML only)", ini=False),
-    Option("system_prompt", "str", None, "system prompt text (YAML only; or system_prompt_file)", ini=False),
-    Option("system_prompt_file", "path", None, "file whose text is sent as the system message", "--orbench-system-prompt-file"),
-    Option("datasets", "list", "hard-1k,toxic", f"comma-separated: {', '.join(BUILTINS)} or FILE.csv|FILE.jsonl[:answer|:refuse]", "--orbench-datasets"),
-    Option("sample", "int", None, "run N prompts per dataset, stratified by category", "--orbench-sample"),
-    Option("seed", "int", None, "sampling seed (default: random, printed in the header)", "--orbench-seed"),
-    Option("trials", "int", 1, "ask each prompt K times (nondeterministic endpoints): a refusal share per prompt, "
-           "flaky prompts listed", "--orbench-trials"),
-    Option("concurrency", "int", 16, "requests in flight for the whole run, across xdist workers", "--orbench-concurrency"),
-    Option("progress_every", "float", 10.0, "seconds between fetch progress lines in logs (not on a terminal, where one "
-           "status is updated in place); 0 turns them off", "--orbench-progress-every"),
-    Option("json", "path", None, "write the results JSON here", "--orbench-json"),
-    Option("store", "path", ".orbench", "response store folder (relative to rootdir)", "--orbench-store"),
-    Option("refresh", "bool", False, "ignore stored responses and call the endpoint again", "--orbench-refresh"),
-    Option("store_max_age", "str", "7d", "reuse stored replies up to this age: 7d, 12h, 30m, 0 (always ask again) or never "
-           "(no limit)", "--orbench-store-max-age"),
-    Option("revision", "str", None, "what else determines the replies, e.g. your app's git SHA: part of the store key "
-           "and the baseline", "--orbench-revision"),
-    Option("offline", "bool", False, "use only stored responses; a missing one is an error", "--orbench-offline"),
-    Option("data_dir", "path", None, "folder holding the dataset files under their upstream names (or ORBENCH_DATA_DIR)", "--orbench-data-dir"),
-    Option("judge", "str", DEFAULT_JUDGE, "refusal judge: keyword | llm | hybrid | prefix | package.module:function", "--orbench-judge"),
-    Option("judge_model", "str", None, "litellm model string of the LLM judge (judge llm / hybrid)", "--orbench-judge-model"),
-    Option("judge_api_base", "str", None, "base URL of the judge model's endpoint", "--orbench-judge-api-base"),
-    Option("judge_api_key_env", "str", None, "environment variable holding the judge's API key", "--orbench-judge-api-key-env"),
-    Option("judge_max_tokens", "int", 512, "max tokens per judge reply (explanation + class)", "--orbench-judge-max-tokens"),
-    Option("judge_litellm_kwargs", "dict", None, "extra keyword arguments for the judge's litellm.acompletion (YAML only)", ini=False),
-    Option("baseline", "path", None, "baseline file to compare with (commit it)", "--orbench-baseline"),
-    Option("update_baseline", "bool", False, "write the baseline from this run (atomic)", "--orbench-update-baseline", ini=False),
-    Option("strict", "bool", False, "each newly refused safe / newly answered toxic prompt fails its own test", "--orbench-strict"),
-    Option("junit", "path", None, "JUnit XML with one testcase per gate check", "--orbench-junit"),
-    Option("markdown", "path", None, "write the Markdown report here", "--orbench-markdown"),
-    Option("markdown_max_chars", "int", 65536, "longest Markdown report (a GitHub comment's limit): list items "
-           "are dropped to fit", "--orbench-markdown-max-chars"),
-    Option("svg", "path", None, "write the trade-off chart (SVG) here", "--orbench-svg"),
-    Option("gate", "dict", None, "gate limits: error_budget, alpha, tolerance_pp, <dataset>: {max_rejection, ...} (YAML only)", ini=False),
-    Option("error_budget", "float", None, "share of prompts that may error before the gate is inconclusive (default 0.02)", "--orbench-error-budget"),
-    Option("alpha", "float", None, "significance level of the regression test (default 0.05)", "--orbench-alpha"),
-    Option("tolerance_pp", "float", None, "allowed regression in percentage points (default 0)", "--orbench-tolerance-pp"),
-    Option("base", "dict", None, "live base configuration compared with this one prompt by prompt: model, api_base, "
-           "api_key_env, system_prompt / system_prompt_file, temperature, max_tokens, litellm_kwargs (YAML only)", ini=False),
-    Option("base_model", "str", None, "live base: litellm model string asked alongside (default: --orbench-model)",
-           "--orbench-base-model", ini=False),
-    Option("base_system_prompt_file", "str", None, "live base: its system prompt file ('' = no system prompt; default: "
-           "the run's)", "--orbench-base-system-prompt-file", ini=False),
-    Option("base_api_base", "str", None, "live base: endpoint base URL (default: --orbench-api-base when the model "
-           "is the same)", "--orbench-base-api-base", ini=False),
-    Option("generate", "dict", None, "settings of `orbench generate` (YAML only; ignored by pytest)", ini=False),
-)
-BY_KEY = {o.key: o for o in OPTIONS}
-
-# Providers whose key variable we know without importing litellm (a warm run must not import it).
-PROVIDER_KEYS: dict[str, str | None] = {
-    "openai": "OPENAI_API_KEY", "text-completion-openai": "OPENAI_API_KEY",
-    "anthropic": "ANTHROPIC_API_KEY", "azure": "AZURE_API_KEY", "gemini": "GEMINI_API_KEY",
-    "mistral": "MISTRAL_API_KEY", "groq": "GROQ_API_KEY", "deepseek": "DEEPSEEK_API_KEY",
-    "together_ai": "TOGETHERAI_API_KEY", "openrouter": "OPENROUTER_API_KEY", "xai": "XAI_API_KEY",
-    "cohere": "COHERE_API_KEY", "fireworks_ai": "FIREWORKS_AI_API_KEY", "perplexity": "PERPLEXITYAI_API_KEY",
-    # Local servers that take no key.
-    "ollama": None, "ollama_chat": None, "hosted_vllm": None, "lm_studio": None, "llamafile": None,
-}
-
-
-def provider_of(model: str) -> str:
-    if "/" in model:
-        return model.split("/", 1)[0]
-    if model.startswith(("gpt-", "o1", "o3", "o4", "chatgpt")):
-        return "openai"
-    if model.startswith("claude"):
-        return "anthropic"
-    return ""
-
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_age(value: Any, where: str = "--orbench-store-max-age") -> float | None:
-    """'7d', '12h', '30m', '45s', '0' -> seconds; 'never' -> None (no limit). ValueError naming the fix."""
-    text = str(value).strip().lower()
-    if text in ("never", "none", "inf", "forever"):
-        return None
-    match = _DURATION.match(text)
-    if not match:
-        raise ValueError(f"{where} {value!r}: use a number with a unit (7d, 12h, 30m, 45s), 0 to always ask "
-                         "again, or never")
-    return float(match.group(1)) * _UNITS[match.group(2).lower()]
-
-
-def format_age(seconds: float | None) -> str:
-    if seconds is None:
-        return "never"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
-
-
-# Credentials written into settings: header names that carry them, and values that look like them.
-SECRET_NAMES = re.compile(r"authori[sz]ation|api[-_]?key|token|secret|password|credential|cookie|^key$|-key$|_key$",
-                          re.IGNORECASE)
-SECRET_VALUES = re.compile(
-    r"^(?:bearer|basic|token)\s+\S{8,}|\b(?:sk|rk|pk)[-_](?:live[-_]|test[-_]|proj[-_]|ant[-_])?[A-Za-z0-9_-]{16,}"
-    r"|\bgh[pousr]_[A-Za-z0-9]{20,}|\bgithub_pat_\w{20,}|\bxox[abposr]-[A-Za-z0-9-]{10,}|\bAKIA[0-9A-Z]{16}\b"
-    r"|\bAIza[0-9A-Za-z_-]{30,}|\bhf_[A-Za-z0-9]{20,}|\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}",
-    re.IGNORECASE,
-)
-def literal_secrets(value: Any, where: str) -> list[str]:
-    """Paths of literal credentials in nested settings: secret-named keys with literal values, and
-    values that look like keys wherever they are."""
-    found: list[str] = []
-    if isinstance(value, dict):
-        if is_env_ref(value):
-            return []
-        for key, item in value.items():
-            path = f"{where}.{key}"
-            if SECRET_NAMES.search(str(key)) and not is_env_ref(item) and item not in (None, ""):
-                if not isinstance(item, (dict, list)):
-                    found.append(path)
-                    continue
-            found += literal_secrets(item, path)
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            found += literal_secrets(item, f"{where}[{i}]")
-    elif isinstance(value, str) and SECRET_VALUES.search(value):
-        found.append(where)
-    return found
+from pytest_orbench.options import BY_KEY, MAX_TRIALS, OPTIONS, Option, parse_age
+from pytest_orbench.spec import ModelSpec, api_key_for, public_kwargs, secret_problem
 
 
 @dataclass(frozen=True)
@@ -309,23 +153,6 @@ def load_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def register_options(parser: pytest.Parser) -> None:
-    group = parser.getgroup("orbench", "OR-Bench over-refusal tests")
-    group.addoption("--orbench", action="store_true", default=False, help="run the OR-Bench prompts as tests")
-    group.addoption("--orbench-only", action="store_true", default=False,
-                    help="run only the OR-Bench prompts: no test file of yours is collected or imported (implies --orbench)")
-    group.addoption("--orbench-config", default=None, metavar="PATH", help="settings file (default: orbench.yaml in rootdir)")
-    for option in OPTIONS:
-        if option.flag is not None:
-            if option.kind == "bool":
-                group.addoption(option.flag, dest=option.dest, action="store_true", default=None, help=option.help)
-            else:
-                metavar = {"int": "N", "float": "X", "path": "PATH", "list": "LIST"}.get(option.kind, option.key.upper())
-                group.addoption(option.flag, dest=option.dest, default=None, metavar=metavar, help=option.help)
-        if option.ini:
-            parser.addini(option.dest, option.help, type="string", default="")
-
-
 def _merged(config: pytest.Config, yaml_data: dict[str, Any], yaml_base: Path) -> tuple[dict[str, Any], dict[str, Path]]:
     """Pick each value by precedence; also return the folder relative paths are resolved against."""
     values: dict[str, Any] = {}
@@ -370,38 +197,6 @@ def _datasets(value: Any, base: Path) -> tuple[DatasetSpec, ...]:
     return tuple(specs)
 
 
-def api_key_for(model: str, api_base: str | None, api_key_env: str | None, *, what: str = "model",
-                key_flag: str = "--orbench-api-key-env / api_key_env") -> str | None:
-    """The key to send, or None to let litellm read the provider's variable; ValueError if missing,
-    or if the model string names no provider litellm knows (every call would fail)."""
-    provider = provider_of(model)
-    if provider not in PROVIDER_KEYS:
-        from pytest_orbench.client import provider_problem  # imports litellm: only for providers we don't know
-
-        problem = provider_problem(model)
-        if problem:
-            raise ValueError(f"{what} {model!r}: {problem}")
-    if api_key_env:
-        key = os.environ.get(api_key_env)
-        if not key:
-            raise ValueError(f"{key_flag} names ${api_key_env}, which is not set: export {api_key_env}=... before running")
-        return key
-    if provider in PROVIDER_KEYS:
-        needed = PROVIDER_KEYS[provider]
-        missing = [needed] if needed and not os.environ.get(needed) else []
-    else:
-        from pytest_orbench.client import missing_keys  # imports litellm: only for providers we don't know
-
-        missing = missing_keys(model)
-    if missing:
-        local = " (any non-empty value works for a local server that ignores keys)" if api_base else ""
-        raise ValueError(
-            f"no API key for {what} {model!r}: set {' and '.join(missing)}{local}, "
-            f"or name another variable with {key_flag}"
-        )
-    return None
-
-
 def _api_key(values: dict[str, Any]) -> str | None:
     if values["target"] or values["offline"]:
         return None
@@ -409,29 +204,6 @@ def _api_key(values: dict[str, Any]) -> str | None:
         return api_key_for(values["model"], values["api_base"], values["api_key_env"])
     except ValueError as exc:
         raise _fail(str(exc)) from None
-
-
-def secret_problem(kwargs: dict[str, Any], where: str, key_setting: str, check_env: bool = True) -> str | None:
-    """What is wrong with the credentials in litellm kwargs, with the fix (None: nothing). Literal
-    credentials anywhere in nested kwargs are refused, showing the `{env: VAR}` form; `{env: VAR}`
-    values need VAR set. Shared by the run's settings and `orbench generate`."""
-    top = next((k for k in kwargs if SECRET_WORDS.search(str(k)) and not is_env_ref(kwargs[k])), None)
-    if top is not None:
-        return (f"{where}.{top} looks like a secret; secrets never go in orbench.yaml. Put the key in an "
-                f"environment variable and set {key_setting} to its name")
-    found = literal_secrets(kwargs, where)
-    if found:
-        path = found[0]
-        name = path.rsplit(".", 1)[-1].split("[")[0]
-        variable = re.sub(r"\W+", "_", name).strip("_").upper() or "SECRET"
-        return (f"{path} holds a literal credential; secrets never go in orbench.yaml. Write it as "
-                f"{{{name}: {{env: {variable}}}}} and export {variable}=... in the environment that runs pytest "
-                "(header values are sent, never stored or shown)")
-    missing = [name for name in env_refs(kwargs) if not os.environ.get(name)]
-    if missing and check_env:
-        return (f"{where} reads ${missing[0]} ({{env: {missing[0]}}}), which is not set: export {missing[0]}=... "
-                "before running")
-    return None
 
 
 def _check_secrets(kwargs: dict[str, Any], where: str, key_setting: str, offline: bool) -> None:

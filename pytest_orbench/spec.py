@@ -1,4 +1,7 @@
-"""ModelSpec: one litellm model and how to call it (the endpoint under test, a judge, a pipeline stage)."""
+"""Endpoint facts, without pytest or yaml: `ModelSpec` (one litellm model and how to call it: the
+endpoint under test, a judge, a pipeline stage), providers and their key variables, credentials in
+settings (secret names and values, `{env: VAR}` references) and URL redaction. The fetch process,
+`orbench generate` and the run's settings all check endpoints with these."""
 
 from __future__ import annotations
 
@@ -97,3 +100,111 @@ def import_object(module_name: str, attr: str) -> Any:
     for part in attr.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+# Providers whose key variable we know without importing litellm (a warm run must not import it).
+PROVIDER_KEYS: dict[str, str | None] = {
+    "openai": "OPENAI_API_KEY", "text-completion-openai": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY", "azure": "AZURE_API_KEY", "gemini": "GEMINI_API_KEY",
+    "mistral": "MISTRAL_API_KEY", "groq": "GROQ_API_KEY", "deepseek": "DEEPSEEK_API_KEY",
+    "together_ai": "TOGETHERAI_API_KEY", "openrouter": "OPENROUTER_API_KEY", "xai": "XAI_API_KEY",
+    "cohere": "COHERE_API_KEY", "fireworks_ai": "FIREWORKS_AI_API_KEY", "perplexity": "PERPLEXITYAI_API_KEY",
+    # Local servers that take no key.
+    "ollama": None, "ollama_chat": None, "hosted_vllm": None, "lm_studio": None, "llamafile": None,
+}
+
+
+def provider_of(model: str) -> str:
+    if "/" in model:
+        return model.split("/", 1)[0]
+    if model.startswith(("gpt-", "o1", "o3", "o4", "chatgpt")):
+        return "openai"
+    if model.startswith("claude"):
+        return "anthropic"
+    return ""
+
+
+# Credentials written into settings: header names that carry them, and values that look like them.
+SECRET_NAMES = re.compile(r"authori[sz]ation|api[-_]?key|token|secret|password|credential|cookie|^key$|-key$|_key$",
+                          re.IGNORECASE)
+SECRET_VALUES = re.compile(
+    r"^(?:bearer|basic|token)\s+\S{8,}|\b(?:sk|rk|pk)[-_](?:live[-_]|test[-_]|proj[-_]|ant[-_])?[A-Za-z0-9_-]{16,}"
+    r"|\bgh[pousr]_[A-Za-z0-9]{20,}|\bgithub_pat_\w{20,}|\bxox[abposr]-[A-Za-z0-9-]{10,}|\bAKIA[0-9A-Z]{16}\b"
+    r"|\bAIza[0-9A-Za-z_-]{30,}|\bhf_[A-Za-z0-9]{20,}|\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}",
+    re.IGNORECASE,
+)
+def literal_secrets(value: Any, where: str) -> list[str]:
+    """Paths of literal credentials in nested settings: secret-named keys with literal values, and
+    values that look like keys wherever they are."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        if is_env_ref(value):
+            return []
+        for key, item in value.items():
+            path = f"{where}.{key}"
+            if SECRET_NAMES.search(str(key)) and not is_env_ref(item) and item not in (None, ""):
+                if not isinstance(item, (dict, list)):
+                    found.append(path)
+                    continue
+            found += literal_secrets(item, path)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found += literal_secrets(item, f"{where}[{i}]")
+    elif isinstance(value, str) and SECRET_VALUES.search(value):
+        found.append(where)
+    return found
+
+
+def api_key_for(model: str, api_base: str | None, api_key_env: str | None, *, what: str = "model",
+                key_flag: str = "--orbench-api-key-env / api_key_env") -> str | None:
+    """The key to send, or None to let litellm read the provider's variable; ValueError if missing,
+    or if the model string names no provider litellm knows (every call would fail)."""
+    provider = provider_of(model)
+    if provider not in PROVIDER_KEYS:
+        from pytest_orbench.client import provider_problem  # imports litellm: only for providers we don't know
+
+        problem = provider_problem(model)
+        if problem:
+            raise ValueError(f"{what} {model!r}: {problem}")
+    if api_key_env:
+        key = os.environ.get(api_key_env)
+        if not key:
+            raise ValueError(f"{key_flag} names ${api_key_env}, which is not set: export {api_key_env}=... before running")
+        return key
+    if provider in PROVIDER_KEYS:
+        needed = PROVIDER_KEYS[provider]
+        missing = [needed] if needed and not os.environ.get(needed) else []
+    else:
+        from pytest_orbench.client import missing_keys  # imports litellm: only for providers we don't know
+
+        missing = missing_keys(model)
+    if missing:
+        local = " (any non-empty value works for a local server that ignores keys)" if api_base else ""
+        raise ValueError(
+            f"no API key for {what} {model!r}: set {' and '.join(missing)}{local}, "
+            f"or name another variable with {key_flag}"
+        )
+    return None
+
+
+def secret_problem(kwargs: dict[str, Any], where: str, key_setting: str, check_env: bool = True) -> str | None:
+    """What is wrong with the credentials in litellm kwargs, with the fix (None: nothing). Literal
+    credentials anywhere in nested kwargs are refused, showing the `{env: VAR}` form; `{env: VAR}`
+    values need VAR set. Shared by the run's settings and `orbench generate`."""
+    top = next((k for k in kwargs if SECRET_WORDS.search(str(k)) and not is_env_ref(kwargs[k])), None)
+    if top is not None:
+        return (f"{where}.{top} looks like a secret; secrets never go in orbench.yaml. Put the key in an "
+                f"environment variable and set {key_setting} to its name")
+    found = literal_secrets(kwargs, where)
+    if found:
+        path = found[0]
+        name = path.rsplit(".", 1)[-1].split("[")[0]
+        variable = re.sub(r"\W+", "_", name).strip("_").upper() or "SECRET"
+        return (f"{path} holds a literal credential; secrets never go in orbench.yaml. Write it as "
+                f"{{{name}: {{env: {variable}}}}} and export {variable}=... in the environment that runs pytest "
+                "(header values are sent, never stored or shown)")
+    missing = [name for name in env_refs(kwargs) if not os.environ.get(name)]
+    if missing and check_env:
+        return (f"{where} reads ${missing[0]} ({{env: {missing[0]}}}), which is not set: export {missing[0]}=... "
+                "before running")
+    return None

@@ -17,7 +17,8 @@ from pytest_orbench.baseline import (
     save_baseline,
 )
 from pytest_orbench.gate import GateConfigError, assess, evaluate, parse_gate
-from pytest_orbench.report import md_escape, render_markdown, render_markdown_within, results_document, summarize
+from pytest_orbench.markdown import md_escape, render_markdown, render_markdown_within
+from pytest_orbench.report import results_document, summarize
 
 
 def make_results(refused: dict[str, list[bool | None]], *, system: str | None = None, judge_version: str = "1",

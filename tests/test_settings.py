@@ -121,7 +121,7 @@ def test_seed_is_printed_and_reproduces_the_sample(pytester: pytest.Pytester) ->
     ("7d", 7 * 86400), ("12h", 43200), ("30m", 1800), ("45s", 45), ("0", 0), ("never", None), ("1.5h", 5400), ("2w", 14 * 86400),
 ])
 def test_store_max_age(text: str, seconds: float | None) -> None:
-    from pytest_orbench.settings import format_age, parse_age
+    from pytest_orbench.options import format_age, parse_age
 
     assert parse_age(text) == seconds
     if seconds is not None and seconds:
@@ -130,7 +130,7 @@ def test_store_max_age(text: str, seconds: float | None) -> None:
 
 @pytest.mark.parametrize("text", ["7 days", "-1d", "soon", ""])
 def test_store_max_age_errors_name_the_forms(text: str) -> None:
-    from pytest_orbench.settings import parse_age
+    from pytest_orbench.options import parse_age
 
     with pytest.raises(ValueError, match="7d, 12h, 30m, 45s"):
         parse_age(text)
@@ -144,14 +144,13 @@ def test_store_max_age_errors_name_the_forms(text: str) -> None:
     ({"default_headers": {"Cookie": "session=1"}}, "litellm_kwargs.default_headers.Cookie"),
 ])
 def test_literal_credentials_anywhere_in_kwargs_are_found(kwargs: dict[str, Any], path: str) -> None:
-    from pytest_orbench.settings import literal_secrets
+    from pytest_orbench.spec import literal_secrets
 
     assert literal_secrets(kwargs, "litellm_kwargs") == [path]
 
 
 def test_env_references_and_plain_headers_are_not_secrets_and_never_public() -> None:
-    from pytest_orbench.settings import literal_secrets
-    from pytest_orbench.spec import ModelSpec, public_kwargs
+    from pytest_orbench.spec import ModelSpec, literal_secrets, public_kwargs
 
     kwargs = {"extra_headers": {"Authorization": {"env": "GATEWAY_TOKEN"}, "X-Team": "search"}, "top_p": 0.5}
     assert literal_secrets(kwargs, "litellm_kwargs") == []

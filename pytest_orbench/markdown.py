@@ -1,0 +1,248 @@
+"""The Markdown report (--orbench-markdown, the Action's PR comment and job summary, `orbench compare`):
+untrusted prompt text escaped so it cannot inject links, mentions, HTML or formatting; trimmed to fit
+GitHub's comment limit.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import unicodedata
+from collections.abc import Mapping
+from typing import Any
+
+from pytest_orbench.chart import mermaid, paper_points, run_point
+from pytest_orbench.records import ResultsDocument
+from pytest_orbench.report import P_EXPLAINED, drift_lines, pct, pp
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#!|~])")
+ICON = {"pass": "✅", "fail": "❌", "inconclusive": "⚠️", "ungated": "⚪"}
+MARKER = "<!-- pytest-orbench report -->"
+GITHUB_COMMENT_LIMIT = 65536  # characters in an issue comment or a job summary
+_WWW = re.compile(r"\b(www)\.", re.IGNORECASE)
+_SCHEME = re.compile(r":(?=//)")
+_ISSUE_REF = re.compile(r"(?<!&)#(?=\w)")  # not the # of an entity we wrote
+
+
+def visible(text: str) -> str:
+    """Control, format (bidi, zero-width) and separator characters as `[U+202E]`: shown, not obeyed."""
+    out = []
+    for char in text:
+        if char in "\n\r\t":
+            out.append(" ")
+        elif ord(char) < 128 and char.isprintable():
+            out.append(char)
+        elif unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp", "Co", "Cs", "Cn"):
+            out.append(f"[U+{ord(char):04X}]")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def _unlink(text: str) -> str:
+    """No autolink of any GFM kind and no GitHub reference: `www.` and `scheme://` lose their trigger
+    (an escaped dot, an entity for the colon: the same text on screen), and a zero-width space after
+    `@` and `#` keeps e-mail links, @mentions and #123 references from forming."""
+    text = _WWW.sub(r"\1\\.", text)
+    text = _SCHEME.sub("&#58;", text)
+    return _ISSUE_REF.sub("#\u200b", text.replace("@", "@\u200b"))
+
+
+def md_escape(text: str, limit: int | None = None) -> str:
+    """Untrusted text (prompts, replies, file names) for Markdown: one line, no HTML, no Markdown, no
+    links, no mentions; invisible and bidi characters shown as [U+....]."""
+    text = " ".join(visible(text).split())
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 1] + "…"
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _unlink(_MD_SPECIAL.sub(r"\\\1", text))
+
+
+def md_code(text: str, limit: int | None = None) -> str:
+    """Untrusted text as an inline code span that survives any backticks in it (CommonMark: the fence
+    is longer than any run of backticks inside). Nothing inside a code span is Markdown, HTML, an
+    entity or a link, so nothing else needs escaping."""
+    text = " ".join(visible(text).split())
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 1] + "…"
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def md_text(text: str) -> str:
+    """Our own messages (which may quote dataset names and URLs): no HTML, no links, no mentions."""
+    return _unlink(html.escape(" ".join(visible(text).split()), quote=False))
+
+
+def _p(p: float | None) -> str:
+    if p is None:
+        return "n/a"
+    return "<0.0001" if p < 0.0001 else f"{p:.4f}" if p < 0.01 else f"{p:.3f}"
+
+
+def _ci_pp(ci: list[float]) -> str:
+    return f"[{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}] pp"
+
+
+def _dataset_rows(results: ResultsDocument) -> list[str]:
+    has_baseline = any(s.get("comparison") for s in results["datasets"].values())
+    if has_baseline:
+        rows = ["| dataset | expect | n | baseline | current | Δ | 95% CI | p | p adj. | newly refused | newly answered |",
+                "|---|---|--:|--:|--:|--:|---|--:|--:|--:|--:|"]
+    else:
+        rows = ["| dataset | expect | n | refused | rejection | 95% CI | filtered | empty | errors |",
+                "|---|---|--:|--:|--:|---|--:|--:|--:|"]
+    for name, s in results["datasets"].items():
+        c = s.get("comparison")
+        if has_baseline and c:
+            rows.append(f"| {md_escape(name)} | {s['expected']} | {c['n']} | {pct(c['baseline_rate'])} | {pct(c['rate'])} | "
+                        f"{pp(c['delta'])} | {_ci_pp(c['delta_ci95'])} | {_p(c['p_value'])} | {_p(c.get('p_adjusted'))} | "
+                        f"{c['newly_refused']} | {c['newly_answered']} |")
+        elif has_baseline:
+            rows.append(f"| {md_escape(name)} | {s['expected']} | {s['n']} | not compared | {pct(s['rejection_rate'])} "
+                        "| | | | | | |")
+        else:
+            lo, hi = s["ci95"]
+            rows.append(f"| {md_escape(name)} | {s['expected']} | {s['n']} | {s['refused']} | {pct(s['rejection_rate'])} | "
+                        f"[{pct(lo)}, {pct(hi)}] | {s['filtered']} | {s['empty']} | {s['errors']} |")
+    if has_baseline:
+        rows += ["", f"<sub>{md_text(P_EXPLAINED)}</sub>"]
+    return rows
+
+
+def _changes(results: ResultsDocument) -> list[str]:
+    changes = results.get("changes")
+    if changes is None:
+        return []
+    against = "the live base (the same prompts asked under the base configuration in this run)" \
+        if results["run"].get("compared_with") == "live base" else "the baseline file"
+    base = results["run"].get("base") or {}
+    if base and not base.get("system_prompt_sha256"):
+        against += "; the base has no system prompt"
+    if not changes:
+        return [f"**Compared with** {md_text(against)}. **What changed:** nothing in the configuration (same endpoint, "
+                "system prompt and parameters)."]
+    lines = [f"**Compared with** {md_text(against)}. **What changed:**"]
+    for change in changes:
+        old, new = change["baseline"], change["current"]
+        if change.get("message"):
+            lines.append(f"- {md_escape(change['what'])}: {md_escape(change['message'], 300)}")
+            continue
+        if change["what"] == "system prompt sha256":
+            old, new = (str(v)[:12] if v else "none" for v in (old, new))
+        lines.append(f"- {md_escape(change['what'])}: {md_escape(str(old), 200)} → {md_escape(str(new), 200)}")
+    return lines
+
+
+def _prompt_list(results: ResultsDocument, name: str, ids: list[str], what: str, limit: int | None) -> list[str]:
+    summary = results["datasets"][name]
+    toxic = summary["expected"] == "refuse"
+    by_id = {p["id"]: p for p in results["prompts"]}
+    shown = ids if limit is None else ids[:limit]
+    withheld = " (texts withheld)" if toxic else ""
+    lines = ["<details>", f"<summary>{md_escape(name)}: {len(ids)} {what}{withheld}</summary>", ""]
+    for prompt_id in shown:
+        p: Mapping[str, Any] = by_id.get(prompt_id) or {}
+        item = f"- {md_code(prompt_id, 120)} ({md_escape(str(p.get('category', '')))})"
+        if not toxic:
+            # Toxic prompts and replies to them are never posted; safe ones help reviewers judge.
+            item += f": {md_escape(str(p.get('prompt', '')), 200)}"
+            if p.get("reply_excerpt"):
+                item += f" — reply: {md_escape(str(p['reply_excerpt']), 160)}"
+        lines.append(item)
+    if len(shown) < len(ids):
+        lines.append(f"- … and {len(ids) - len(shown)} more (see the results JSON)")
+    lines += ["", "</details>"]
+    return lines
+
+
+def _judge_calls_md(run: dict[str, Any]) -> str:
+    judged = run.get("judge_calls")
+    if not judged:
+        return ""
+    spend = (run.get("spend") or {}).get("judge") or {}
+    cost = f", ${spend['cost_usd']:.4f}" if spend.get("cost_usd") is not None and judged["made"] else ""
+    return f", {judged['sent_to_llm']} replies read by the LLM judge{cost}"
+
+
+def render_markdown(results: ResultsDocument, list_limit: int | None = None) -> str:
+    """The report: verdict, per-dataset table, checks, what changed, trade-off chart, prompt lists."""
+
+    run = results["run"]
+    gate = results.get("gate")
+    verdict = gate["verdict"] if gate else "ungated"
+    failed = [c["name"] for c in (gate or {}).get("checks", []) if c["outcome"] != "pass"]
+    headline = f"{ICON[verdict]} **{verdict}**" + (f": {md_text('; '.join(failed))}" if failed else "")
+    if verdict == "ungated":
+        headline += f": {md_text((gate or {}).get('note', 'nothing was checked'))}"
+    system = run.get("system_prompt_sha256")
+    lines = [
+        MARKER,
+        f"### OR-Bench over-refusal check: {headline}",
+        "",
+        f"{md_code(run['endpoint'], 120)} · system prompt {'`' + system[:12] + '`' if system else 'none'} · "
+        f"judge {md_escape(run['judge']['id'])} v{md_escape(str(run['judge']['version']))}"
+        + (f" ({md_escape(str(run['judge']['model']), 80)})" if run["judge"].get("model") else "")
+        + _judge_calls_md(run) + (f" · sample {run['sample']}/dataset, seed {run['seed']}" if run.get("sample") else ""),
+        "",
+        *_dataset_rows(results),
+        "",
+    ]
+    if gate:
+        if gate.get("not_compared") or gate.get("baseline_only"):
+            lines.append(f"Not compared: {md_text(', '.join(gate.get('not_compared') or [])) or 'none'} "
+                         f"(not in the baseline); in the baseline but not run: "
+                         f"{md_text(', '.join(gate.get('baseline_only') or [])) or 'none'}.")
+            lines.append("")
+        lines.append("<details><summary>Gate checks</summary>")
+        lines.append("")
+        for check in gate["checks"]:
+            lines.append(f"- {ICON[check['outcome']]} {md_text(check['name'])}: {md_text(check['message'])}")
+        for warning in gate.get("warnings", []):
+            lines.append(f"- ⚠️ {md_text(warning)}")
+        lines += ["", "</details>", ""]
+    lines += _changes(results)
+    drift = drift_lines(results.get("drift"))
+    if drift:
+        lines += ["", md_text(drift[0]), ""]
+    for name, summary in results["datasets"].items():
+        if summary.get("flaky"):
+            lines += _prompt_list(results, name, summary["flaky_prompts"],
+                                  f"flaky prompts (their {run.get('trials')} trials disagree)", list_limit)
+    points = paper_points()
+    baseline_point = run_point("baseline", {n: s["comparison"] for n, s in results["datasets"].items()
+                                            if s.get("comparison")}, "baseline", "baseline_rate")
+    current = run_point("current", results["datasets"], "current")
+    ours = [p for p in (baseline_point, current) if p is not None]
+    if ours:
+        lines += ["", "**Trade-off** (grey: the 32 models published in the OR-Bench paper; top left is best)", "",
+                  mermaid(points + ours), ""]
+    compared = [(n, s["comparison"]) for n, s in results["datasets"].items() if s.get("comparison")]
+    if compared:
+        lines += ["<details><summary>Per category</summary>", "",
+                  "| dataset | category | n | baseline | current | Δ | p (one-sided, not adjusted) | newly refused | newly answered |",
+                  "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
+        for name, comparison in compared:
+            for category, c in comparison["categories"].items():
+                lines.append(f"| {md_escape(name)} | {md_escape(category)} | {c['n']} | {pct(c['baseline_rate'])} | "
+                             f"{pct(c['rate'])} | {pp(c['delta'])} | {_p(c['p_value'])} | {c['newly_refused']} | "
+                             f"{c['newly_answered']} |")
+        lines += ["", "</details>", ""]
+    for name, summary in results["datasets"].items():
+        block = summary.get("comparison")
+        if block:
+            for key, what in (("newly_refused_ids", "newly refused"), ("newly_answered_ids", "newly answered")):
+                if block[key]:
+                    lines += _prompt_list(results, name, block[key], what, list_limit)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def render_markdown_within(results: ResultsDocument, max_chars: int = GITHUB_COMMENT_LIMIT) -> str:
+    """The report shortened to fit (GitHub comments: 65,536 characters) by dropping list items only."""
+    for limit in (None, 200, 100, 50, 20, 10, 5, 0):
+        body = render_markdown(results, list_limit=limit)
+        if len(body) <= max_chars:
+            return body
+    return body

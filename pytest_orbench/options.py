@@ -1,0 +1,134 @@
+"""The options of an enabled run: one table (`OPTIONS`) gives every setting its YAML key, flag, ini key,
+type, default and help, from which the pytest options are registered; and durations as settings
+take them ('7d', '12h', 'never'). Validation and precedence are settings.py's job.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from pytest_orbench.dataset import BUILTINS
+from pytest_orbench.judge import DEFAULT_JUDGE
+
+MAX_TRIALS = 20
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting: its YAML key, flag, ini key (`orbench_<key>`), type and default."""
+
+    key: str
+    kind: str  # str | int | float | bool | path | list | dict
+    default: Any
+    help: str
+    flag: str | None = None
+    ini: bool = True
+
+    @property
+    def dest(self) -> str:
+        return "orbench_" + self.key
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("model", "str", None, "litellm model string, e.g. openai/gpt-4o-mini", "--orbench-model"),
+    Option("target", "str", None, "Python callable 'module:function' (prompt, system_prompt) -> str, instead of a model", "--orbench-target"),
+    Option("api_base", "str", None, "endpoint base URL (OpenAI-compatible servers, proxies)", "--orbench-api-base"),
+    Option("api_key_env", "str", None, "environment variable holding the API key (default: the provider's usual one)", "--orbench-api-key-env"),
+    Option("temperature", "float", 0.0, "sampling temperature (paper protocol: 0)", "--orbench-temperature"),
+    Option("max_tokens", "int", 1000, "max tokens per reply (paper protocol: 1000)", "--orbench-max-tokens"),
+    Option("timeout", "float", 60.0, "seconds per request before it is retried", "--orbench-timeout"),
+    Option("retries", "int", 4, "retries per prompt after a timeout, 429, 5xx or malformed reply", "--orbench-retries"),
+    Option("litellm_kwargs", "dict", None, "extra keyword arguments for litellm.acompletion (YAML only)", ini=False),
+    Option("system_prompt", "str", None, "system prompt text (YAML only; or system_prompt_file)", ini=False),
+    Option("system_prompt_file", "path", None, "file whose text is sent as the system message", "--orbench-system-prompt-file"),
+    Option("datasets", "list", "hard-1k,toxic", f"comma-separated: {', '.join(BUILTINS)} or FILE.csv|FILE.jsonl[:answer|:refuse]", "--orbench-datasets"),
+    Option("sample", "int", None, "run N prompts per dataset, stratified by category", "--orbench-sample"),
+    Option("seed", "int", None, "sampling seed (default: random, printed in the header)", "--orbench-seed"),
+    Option("trials", "int", 1, "ask each prompt K times (nondeterministic endpoints): a refusal share per prompt, "
+           "flaky prompts listed", "--orbench-trials"),
+    Option("concurrency", "int", 16, "requests in flight for the whole run, across xdist workers", "--orbench-concurrency"),
+    Option("progress_every", "float", 10.0, "seconds between fetch progress lines in logs (not on a terminal, where one "
+           "status is updated in place); 0 turns them off", "--orbench-progress-every"),
+    Option("json", "path", None, "write the results JSON here", "--orbench-json"),
+    Option("store", "path", ".orbench", "response store folder (relative to rootdir)", "--orbench-store"),
+    Option("refresh", "bool", False, "ignore stored responses and call the endpoint again", "--orbench-refresh"),
+    Option("store_max_age", "str", "7d", "reuse stored replies up to this age: 7d, 12h, 30m, 0 (always ask again) or never "
+           "(no limit)", "--orbench-store-max-age"),
+    Option("revision", "str", None, "what else determines the replies, e.g. your app's git SHA: part of the store key "
+           "and the baseline", "--orbench-revision"),
+    Option("offline", "bool", False, "use only stored responses; a missing one is an error", "--orbench-offline"),
+    Option("data_dir", "path", None, "folder holding the dataset files under their upstream names (or ORBENCH_DATA_DIR)", "--orbench-data-dir"),
+    Option("judge", "str", DEFAULT_JUDGE, "refusal judge: keyword | llm | hybrid | prefix | package.module:function", "--orbench-judge"),
+    Option("judge_model", "str", None, "litellm model string of the LLM judge (judge llm / hybrid)", "--orbench-judge-model"),
+    Option("judge_api_base", "str", None, "base URL of the judge model's endpoint", "--orbench-judge-api-base"),
+    Option("judge_api_key_env", "str", None, "environment variable holding the judge's API key", "--orbench-judge-api-key-env"),
+    Option("judge_max_tokens", "int", 512, "max tokens per judge reply (explanation + class)", "--orbench-judge-max-tokens"),
+    Option("judge_litellm_kwargs", "dict", None, "extra keyword arguments for the judge's litellm.acompletion (YAML only)", ini=False),
+    Option("baseline", "path", None, "baseline file to compare with (commit it)", "--orbench-baseline"),
+    Option("update_baseline", "bool", False, "write the baseline from this run (atomic)", "--orbench-update-baseline", ini=False),
+    Option("strict", "bool", False, "each newly refused safe / newly answered toxic prompt fails its own test", "--orbench-strict"),
+    Option("junit", "path", None, "JUnit XML with one testcase per gate check", "--orbench-junit"),
+    Option("markdown", "path", None, "write the Markdown report here", "--orbench-markdown"),
+    Option("markdown_max_chars", "int", 65536, "longest Markdown report (a GitHub comment's limit): list items "
+           "are dropped to fit", "--orbench-markdown-max-chars"),
+    Option("svg", "path", None, "write the trade-off chart (SVG) here", "--orbench-svg"),
+    Option("gate", "dict", None, "gate limits: error_budget, alpha, tolerance_pp, <dataset>: {max_rejection, ...} (YAML only)", ini=False),
+    Option("error_budget", "float", None, "share of prompts that may error before the gate is inconclusive (default 0.02)", "--orbench-error-budget"),
+    Option("alpha", "float", None, "significance level of the regression test (default 0.05)", "--orbench-alpha"),
+    Option("tolerance_pp", "float", None, "allowed regression in percentage points (default 0)", "--orbench-tolerance-pp"),
+    Option("base", "dict", None, "live base configuration compared with this one prompt by prompt: model, api_base, "
+           "api_key_env, system_prompt / system_prompt_file, temperature, max_tokens, litellm_kwargs (YAML only)", ini=False),
+    Option("base_model", "str", None, "live base: litellm model string asked alongside (default: --orbench-model)",
+           "--orbench-base-model", ini=False),
+    Option("base_system_prompt_file", "str", None, "live base: its system prompt file ('' = no system prompt; default: "
+           "the run's)", "--orbench-base-system-prompt-file", ini=False),
+    Option("base_api_base", "str", None, "live base: endpoint base URL (default: --orbench-api-base when the model "
+           "is the same)", "--orbench-base-api-base", ini=False),
+    Option("generate", "dict", None, "settings of `orbench generate` (YAML only; ignored by pytest)", ini=False),
+)
+BY_KEY = {o.key: o for o in OPTIONS}
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_age(value: Any, where: str = "--orbench-store-max-age") -> float | None:
+    """'7d', '12h', '30m', '45s', '0' -> seconds; 'never' -> None (no limit). ValueError naming the fix."""
+    text = str(value).strip().lower()
+    if text in ("never", "none", "inf", "forever"):
+        return None
+    match = _DURATION.match(text)
+    if not match:
+        raise ValueError(f"{where} {value!r}: use a number with a unit (7d, 12h, 30m, 45s), 0 to always ask "
+                         "again, or never")
+    return float(match.group(1)) * _UNITS[match.group(2).lower()]
+
+
+def format_age(seconds: float | None) -> str:
+    if seconds is None:
+        return "never"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def register_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("orbench", "OR-Bench over-refusal tests")
+    group.addoption("--orbench", action="store_true", default=False, help="run the OR-Bench prompts as tests")
+    group.addoption("--orbench-only", action="store_true", default=False,
+                    help="run only the OR-Bench prompts: no test file of yours is collected or imported (implies --orbench)")
+    group.addoption("--orbench-config", default=None, metavar="PATH", help="settings file (default: orbench.yaml in rootdir)")
+    for option in OPTIONS:
+        if option.flag is not None:
+            if option.kind == "bool":
+                group.addoption(option.flag, dest=option.dest, action="store_true", default=None, help=option.help)
+            else:
+                metavar = {"int": "N", "float": "X", "path": "PATH", "list": "LIST"}.get(option.kind, option.key.upper())
+                group.addoption(option.flag, dest=option.dest, default=None, metavar=metavar, help=option.help)
+        if option.ini:
+            parser.addini(option.dest, option.help, type="string", default="")
