@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_orbench.judge import DEFAULT_JUDGE
-from pytest_orbench.mock import DEFAULT_STRICTNESS, MockConfig, MockServer
+from pytest_orbench.simulator import MockConfig, MockServer
+from pytest_orbench.simulator_roles import DEFAULT_STRICTNESS
 
 if TYPE_CHECKING:
     from pytest_orbench.records import ResultsDocument

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench.mock import MockConfig, MockServer
+from pytest_orbench.simulator import MockConfig, MockServer
 
 try:
     # litellm imports the importlib_metadata backport, which deletes the stdlib

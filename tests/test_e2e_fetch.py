@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench.mock import MockServer
+from pytest_orbench.simulator import MockServer
 from tests.conftest import mock_args, stats
 
 pytestmark = pytest.mark.usefixtures("orbench_env")

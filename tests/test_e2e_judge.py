@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from pytest_orbench.judge import KeywordJudge
-from pytest_orbench.mock import decide, unit
+from pytest_orbench.simulator_roles import decide, unit
 from tests.conftest import mock_args, stats
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
@@ -172,7 +172,7 @@ def test_bad_judge_settings_fail_before_any_call(pytester: pytest.Pytester, mock
 
 def test_judge_eval_with_the_llm_judge_reproduces_its_classes(mock_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from pytest_orbench.cli import main
-    from pytest_orbench.mock import reply_text
+    from pytest_orbench.simulator_roles import reply_text
 
     server = mock_factory(judge_unscored_rate=0.2)
     path = tmp_path / "labeled.csv"

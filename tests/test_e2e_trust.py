@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench.mock import MockConfig, MockServer, decide
+from pytest_orbench.simulator import MockConfig, MockServer
+from pytest_orbench.simulator_roles import decide
 from tests.conftest import mock_args, stats
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
