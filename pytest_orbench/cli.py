@@ -11,29 +11,32 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_orbench.judge import DEFAULT_JUDGE
-from pytest_orbench.simulator import MockConfig, MockServer
-from pytest_orbench.simulator_roles import DEFAULT_STRICTNESS
 
 if TYPE_CHECKING:
     from pytest_orbench.records import ResultsDocument
 
 
 def _mock_server(args: argparse.Namespace) -> int:
+    from pytest_orbench.simulator import MockConfig, MockServer  # only this subcommand needs the simulator
+
+    defaults = MockConfig()
     faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
     unknown = sorted(set(faults) - {"429", "500", "502", "503", "timeout", "malformed", "disconnect"})
     if unknown:
         print(f"orbench mock-server: unknown fault kind(s) {unknown}; use 429,500,502,503,timeout,malformed,disconnect", file=sys.stderr)
         return 2
     config = MockConfig(
-        strictness=args.strictness, latency=args.latency, jitter=args.jitter,
+        strictness=defaults.strictness if args.strictness is None else args.strictness, latency=args.latency, jitter=args.jitter,
         api_key=os.environ.get(args.api_key_env) if args.api_key_env else None,
         fault_rate=args.fault_rate, faults=faults, fault_attempts=args.fault_attempts,
         retry_after=args.retry_after, hang=args.hang, content_filter_rate=args.content_filter_rate,
         empty_rate=args.empty_rate, noise=args.noise, ambiguous_rate=args.ambiguous_rate,
         judge_unscored_rate=args.judge_unscored_rate, gen_toxic_share=args.gen_toxic_share,
         gen_duplicate_rate=args.gen_duplicate_rate, gen_moderator_flip=args.gen_moderator_flip,
-        gen_unparseable_rate=args.gen_unparseable_rate, served_model=args.served_model,
-        system_fingerprint=args.system_fingerprint or None,
+        gen_unparseable_rate=args.gen_unparseable_rate,
+        served_model=defaults.served_model if args.served_model is None else args.served_model,
+        system_fingerprint=(defaults.system_fingerprint if args.system_fingerprint is None
+                            else args.system_fingerprint or None),
         required_header=((args.require_header, os.environ.get(args.require_header_env, ""))
                          if args.require_header and args.require_header_env else None),
     )
@@ -245,8 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
     mock.add_argument("--host", default="127.0.0.1")
     mock.add_argument("--port", type=int, default=8000, help="0 picks a free port (see --port-file)")
     mock.add_argument("--port-file", help="write the bound port here once listening")
-    mock.add_argument("--strictness", type=float, default=DEFAULT_STRICTNESS,
-                      help="base refusal strictness in [0, 1]; the system prompt moves it")
+    mock.add_argument("--strictness", type=float, default=None,
+                      help="base refusal strictness in [0, 1] (default: the simulator's, 0.58); the system prompt moves it")
     mock.add_argument("--latency", type=float, default=0.0, help="seconds added to every reply")
     mock.add_argument("--jitter", type=float, default=0.0, help="up to this many extra random seconds")
     mock.add_argument("--api-key-env", help="require `Authorization: Bearer $VAR` (the variable's name, not the key)")
@@ -270,10 +273,10 @@ def build_parser() -> argparse.ArgumentParser:
     mock.add_argument("--gen-unparseable-rate", type=float, default=0.05, help="as a moderator: share of votes without [[label]]")
     mock.add_argument("--require-header", help="a header every request must carry (with --require-header-env)")
     mock.add_argument("--require-header-env", help="environment variable holding that header's expected value")
-    mock.add_argument("--served-model", default=MockConfig.served_model,
-                      help="the model name replies say served them (a dated version behind the alias)")
-    mock.add_argument("--system-fingerprint", default=MockConfig.system_fingerprint,
-                      help="the system_fingerprint replies carry ('' for none)")
+    mock.add_argument("--served-model", default=None,
+                      help="the model name replies say served them (default: a dated version behind the alias)")
+    mock.add_argument("--system-fingerprint", default=None,
+                      help="the system_fingerprint replies carry ('' for none; default: a fixed one)")
     mock.set_defaults(func=_mock_server)
 
     compare = sub.add_parser("compare", help="compare a results file with a baseline: the gate verdict and exit status")

@@ -10,6 +10,10 @@ reads them, in pure Python, so judging needs neither numpy nor the training data
 
 The vocabulary and the cue patterns were written from the OR-Bench class definitions and general
 English; which of them matter, and how much, is learned (and reported leave-one-source-out).
+
+Longer than most modules (~550 lines) because about half of it is data written as code: the closed
+vocabulary, the cue and phrase patterns and their descriptions. The code itself has one job, reading
+a reply; training is scripts/train_judge.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,10 @@
-"""One frozen Settings object: CLI > orbench.yaml > [tool.pytest.ini_options] > defaults; all validation."""
+"""One frozen Settings object: CLI > orbench.yaml > [tool.pytest.ini_options] > defaults; all validation.
+
+Longer than most modules (~460 lines) for one reason: every check that can stop a run before any call
+(keys, types, datasets, API keys, literal secrets, the target, the judge, the live base) lives here
+with its own message naming the fix, so that nothing else has to re-check a setting. The option table
+is options.py; endpoint facts (providers, keys, secrets) are spec.py.
+"""
 
 from __future__ import annotations
 
