@@ -162,7 +162,7 @@ def _judge_eval(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     make_stage = None
     if judge.llm is not None:
-        from pytest_orbench.judging import JudgeStage
+        from pytest_orbench.judge_calls import JudgeStage
         from pytest_orbench.store import Store
 
         llm = judge.llm

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_orbench.fetcher import DRAIN, FetchLoop, Job, Outcome, ThreadFetcher, Waiter
 from pytest_orbench.judge import Judge
-from pytest_orbench.judging import judge_key
+from pytest_orbench.judge_calls import judge_key
 from pytest_orbench.store import Store
 
 if TYPE_CHECKING:
@@ -163,7 +163,7 @@ class Coordinator:
         if s.target is not None:
             # The user's function runs in this process, where their conftest set things up.
             from pytest_orbench.client import Caller, make_caller
-            from pytest_orbench.judging import judge_stage
+            from pytest_orbench.judge_calls import judge_stage
 
             assert self.store is not None
             stage = judge_stage(self.judge, self.store, s.retries, s.store_max_age)

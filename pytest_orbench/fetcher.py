@@ -20,7 +20,7 @@ from typing import Any
 
 from pytest_orbench.client import Caller, EndpointError, call_with_retries
 from pytest_orbench.judge import Judge
-from pytest_orbench.judging import JudgeStage, judge_key, reply_text
+from pytest_orbench.judge_calls import JudgeStage, judge_key, reply_text
 from pytest_orbench.store import Store
 
 BATCH_SECONDS = 0.05  # replies and outcomes are committed together at most this late

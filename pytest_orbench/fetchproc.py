@@ -174,7 +174,7 @@ def _run_shard(work: dict[str, Any], shard: int, shards: int, wait_for_stop: Any
     from pytest_orbench.client import LiteLLMCaller
     from pytest_orbench.fetcher import FetchLoop
     from pytest_orbench.judge import make_judge
-    from pytest_orbench.judging import judge_stage
+    from pytest_orbench.judge_calls import judge_stage
     from pytest_orbench.store import Store
 
     jobs, concurrency = _share(work, shard, shards)

@@ -46,6 +46,16 @@ class Candidate:
     panel: dict[str, bool | None] = field(default_factory=dict)  # panel model -> refused (None: error/unscored)
 
 
+@dataclass(frozen=True)
+class Generated:
+    """What a pipeline run produced: the prompts kept (safe, refused by the panel when there is one), the
+    toxic ones, and the summary written beside them."""
+
+    kept: list[Candidate]
+    toxic: list[Candidate]
+    summary: dict[str, Any]
+
+
 class Spend:
     """Calls, stored hits, errors, tokens and USD for one stage."""
 
@@ -84,6 +94,7 @@ class Pipeline:
         self._fatal: dict[tuple[str, str | None], str] = {}
         self._gate: asyncio.Semaphore | None = None
         self.failures: Counter[str] = Counter()
+        self.categories = dict(config.categories)  # plus those a seeds file brings
 
     # -- calls ------------------------------------------------------------------------------------
     async def ask(self, stage: str, spec: ModelSpec, messages: list[dict[str, str]], key: dict[str, Any]) -> dict[str, Any] | None:
@@ -128,14 +139,15 @@ class Pipeline:
     async def seeds(self) -> tuple[list[Seed], dict[str, Any]]:
         cfg = self.config
         if cfg.seeds_file is not None:
-            seeds = read_seeds(cfg.seeds_file, cfg.categories)
+            seeds, extra = read_seeds(cfg.seeds_file, self.categories)
+            self.categories.update(extra)
             info: dict[str, Any] = {"source": str(cfg.seeds_file), "read": len(seeds)}
         else:
             assert cfg.seed_model is not None
-            names = list(cfg.categories)
+            names = list(self.categories)
             outputs = await asyncio.gather(*(
                 self.ask("seeds", cfg.seed_model, [{"role": "user", "content": SEED_PROMPT.format(
-                    count=cfg.seeds_per_category, category=c, description=cfg.categories[c])}], {"category": c})
+                    count=cfg.seeds_per_category, category=c, description=self.categories[c])}], {"category": c})
                 for c in names))
             seeds, short = [], 0
             for category, record in zip(names, outputs):
@@ -173,8 +185,8 @@ class Pipeline:
 
     async def moderate(self, candidates: list[Candidate]) -> dict[str, Any]:
         cfg = self.config
-        names = tuple(cfg.categories)
-        listing = "\n".join(f"- {c}: {d}" for c, d in cfg.categories.items())
+        names = tuple(self.categories)
+        listing = "\n".join(f"- {c}: {d}" for c, d in self.categories.items())
         jobs = []
         for cand in candidates:
             content = MODERATE_PROMPT.format(categories=listing, none=NONE_LABEL, example=names[0], prompt=cand.text)
@@ -221,7 +233,7 @@ class Pipeline:
 
     async def panel(self, candidates: list[Candidate]) -> dict[str, Any]:
         from pytest_orbench.judge import make_judge
-        from pytest_orbench.judging import JudgeStage, final_judgement, judge_key, reply_text
+        from pytest_orbench.judge_calls import JudgeStage, final_judgement, judge_key, reply_text
 
         cfg = self.config
         judge = make_judge(cfg.panel_judge, cfg.judge_model)
@@ -270,7 +282,7 @@ class Pipeline:
             "kept": len(kept),
         }
 
-    async def run(self) -> dict[str, Any]:
+    async def run(self) -> Generated:
         self._gate = asyncio.Semaphore(self.config.concurrency)
         try:
             seeds, seed_info = await self.seeds()
@@ -289,7 +301,8 @@ class Pipeline:
         finally:
             await self.close()
         toxic = [c for c in candidates if c.decision == "toxic"]
-        return self._summary(seeds, candidates, safe, toxic, seed_info, rewrite_info, moderation, panel_info)
+        return Generated(safe, toxic, self._summary(seeds, candidates, safe, toxic, seed_info, rewrite_info, moderation,
+                                                    panel_info))
 
     def _summary(self, seeds: list[Seed], candidates: list[Candidate], kept: list[Candidate], toxic: list[Candidate],
                  seed_info: dict[str, Any], rewrite_info: dict[str, Any], moderation: dict[str, Any],
@@ -310,7 +323,6 @@ class Pipeline:
             "categories": per_category,
             "spend": {stage: s.summary() for stage, s in self.spend.items()},
             "failures": dict(self.failures.most_common(5)),
-            "_kept": kept, "_toxic": toxic,
         }
 
 
@@ -374,10 +386,10 @@ def run_generate(config: GenerateConfig, store_dir: Path, log: Callable[[str], N
     store = Store(store_dir)
     try:
         pipeline = Pipeline(config, store, lambda spec: LiteLLMCaller(spec), log)
-        summary = asyncio.run(pipeline.run())
+        generated = asyncio.run(pipeline.run())
     finally:
         store.close()
-    kept, toxic = summary.pop("_kept"), summary.pop("_toxic")
+    kept, toxic, summary = generated.kept, generated.toxic, generated.summary
     write_set(config.out, kept, "answer", config, "g")
     summary["output"]["file"] = str(config.out)
     if config.toxic_out is not None:

@@ -5,6 +5,7 @@ before any call: models per role, credentials, counts and output paths; and the 
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,8 @@ class GenerateConfig:
     retries: int = 4
 
 
-def read_seeds(path: Path, categories: dict[str, str]) -> list[Seed]:
+def read_seeds(path: Path, categories: Mapping[str, str]) -> tuple[list[Seed], dict[str, str]]:
+    """The seeds of a seeds file, and a description for each category it uses that `categories` lacks."""
     from pytest_orbench.dataset import DatasetError, read_rows
 
     try:
@@ -57,16 +59,16 @@ def read_seeds(path: Path, categories: dict[str, str]) -> list[Seed]:
     column = next((c for c in ("prompt", "seed", "text") if c in rows[0]), None)
     if column is None:
         raise GenerateError(f"seeds file {path} needs a prompt (or seed) column; found {', '.join(rows[0])}")
-    seeds = []
+    seeds, extra = [], {}
     for n, row in enumerate(rows, 1):
         text = (row.get(column) or "").strip()
         if not text:
             continue
         category = (row.get("category") or "uncategorized").strip()
         if category not in categories:
-            categories[category] = f"requests like the seeds labelled {category}"
+            extra[category] = f"requests like the seeds labelled {category}"
         seeds.append(Seed((row.get("id") or "").strip() or f"s{n:04d}", text, category))
-    return seeds
+    return seeds, extra
 
 
 # -- settings ------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Every judge answers `decide(prompt, reply, finish_reason)` with a Judgement, or with None when the
 reply must go to an LLM judge; judges that can say None carry an `llm` (an LLMProtocol) describing
-that call. The calls themselves are made elsewhere (judging.py), concurrently and stored.
+that call. The calls themselves are made elsewhere (judge_calls.py), concurrently and stored.
 """
 
 from __future__ import annotations
@@ -262,19 +262,15 @@ class LLMJudge:
         return _delivery(reply, finish_reason)
 
 
-class HybridJudge:
+class HybridJudge(LLMJudge):
     """Keyword first; the replies it cannot decide confidently go to the LLM judge."""
 
     id = "hybrid"
 
     def __init__(self, spec: ModelSpec) -> None:
+        super().__init__(spec)
         self.keyword = KeywordJudge()
         self.version = f"{self.keyword.version}+{LLM_PROMPT_VERSION}"
-        self.llm: LLMProtocol | None = OrBenchPrompt(spec)
-        self.spec = spec
-
-    def meta(self) -> dict[str, Any]:
-        return {"id": self.id, "version": self.version, "model": self.spec.model}
 
     def decide(self, prompt: str, reply: str, finish_reason: str | None = None) -> Judgement | None:
         judgement = self.keyword.judge(prompt, reply, finish_reason)

@@ -18,7 +18,7 @@ from pytest_orbench.dataset import Dataset, DatasetError, Prompt, default_cache_
 from pytest_orbench.fetcher import Outcome
 from pytest_orbench.items import DatasetNode, PromptItem, Requests, item_name
 from pytest_orbench.judge import Judgement, Verdict, make_judge
-from pytest_orbench.judging import final_judgement, reply_text
+from pytest_orbench.judge_calls import final_judgement, reply_text
 from pytest_orbench.options import format_age
 from pytest_orbench.progress import ProgressDisplay
 from pytest_orbench.records import BaseRecord, Combined, Costs, PromptRecord, TrialVerdict
