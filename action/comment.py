@@ -22,10 +22,11 @@ def build_body(results: ResultsDocument, config_id: str, max_chars: int = GITHUB
 
 def changed(results: ResultsDocument) -> bool:
     """For comment: on-change: anything a reviewer should see."""
-    if results.get("gate", {}).get("verdict") != "pass" or results.get("changes"):
+    gate = results.get("gate")
+    if gate is None or gate["verdict"] != "pass" or results.get("changes"):
         return True
-    return any((s.get("comparison") or {}).get("newly_refused") or (s.get("comparison") or {}).get("newly_answered")
-               for s in results["datasets"].values())
+    blocks = [s["comparison"] for s in results["datasets"].values() if "comparison" in s]
+    return any(b["newly_refused"] or b["newly_answered"] for b in blocks)
 
 
 def find(comments: list[dict[str, Any]], config_id: str, login: str) -> dict[str, Any] | None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pytest_orbench import __version__
 from pytest_orbench.jsonfile import dumps, write_atomic
-from pytest_orbench.records import ResultsDocument
+from pytest_orbench.records import BaselineDocument, BaselinePrompt, Comparison, PairedBlock, ResultsDocument
 from pytest_orbench.stats import detectable_increase, mcnemar_p, mean_interval, paired_diff_ci, sign_flip_p
 
 BASELINE_SCHEMA = "pytest-orbench/baseline"
@@ -24,7 +24,7 @@ class BaselineError(Exception):
     """A baseline that cannot be read or compared; the message says what differs and what to do."""
 
 
-def baseline_document(results: ResultsDocument) -> dict[str, Any]:
+def baseline_document(results: ResultsDocument) -> BaselineDocument:
     """What a committed baseline records: the run's identity, the aggregates and each prompt's verdict."""
     run = results["run"]
     return {
@@ -37,18 +37,18 @@ def baseline_document(results: ResultsDocument) -> dict[str, Any]:
         )},
         "datasets": {name: {k: d.get(k) for k in DATASET_FIELDS} for name, d in results["datasets"].items()},
         # Trial counts only where known (a run's prompts have them; 0/1 of 1 with one trial).
-        "prompts": [{k: p.get(k) for k in PROMPT_FIELDS if k in PROMPT_FIELDS[:6] or p.get(k) is not None}
+        "prompts": [cast(BaselinePrompt, {k: p.get(k) for k in PROMPT_FIELDS if k in PROMPT_FIELDS[:6] or p.get(k) is not None})
                     for p in results["prompts"]],
     }
 
 
-def save_baseline(path: Path, results: ResultsDocument) -> dict[str, Any]:
+def save_baseline(path: Path, results: ResultsDocument) -> BaselineDocument:
     document = baseline_document(results)
     write_atomic(path, dumps(document))
     return document
 
 
-def load_baseline(path: Path) -> dict[str, Any]:
+def load_baseline(path: Path) -> BaselineDocument:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -73,10 +73,10 @@ def load_baseline(path: Path) -> dict[str, Any]:
     for key in ("run", "datasets", "prompts"):
         if key not in data:
             raise BaselineError(f"baseline {path} has no {key!r} section; regenerate it with --orbench-update-baseline")
-    return data
+    return cast(BaselineDocument, data)
 
 
-def check_comparable(baseline: dict[str, Any], run: dict[str, Any], prompt_hashes: dict[str, str]) -> list[dict[str, Any]]:
+def check_comparable(baseline: BaselineDocument, run: dict[str, Any], prompt_hashes: dict[str, str]) -> list[dict[str, Any]]:
     """Raise BaselineError when the two runs measure different things; return the allowed changes.
 
     A different model, target, system prompt or parameters is the point of comparing; another
@@ -155,7 +155,7 @@ def _pair_counts(pairs: list[tuple[bool, bool]]) -> tuple[int, int, int, int]:
     return both, only_current, only_baseline, len(pairs) - both - only_current - only_baseline
 
 
-def paired_block(pairs: list[tuple[Trials, Trials]], expected: str, alpha: float = 0.05) -> dict[str, Any]:
+def paired_block(pairs: list[tuple[Trials, Trials]], expected: str, alpha: float = 0.05) -> PairedBlock:
     """Paired comparison of (baseline, current) refused/scored trials on the prompts both runs scored.
 
     The test is a one-sided paired sign-flip permutation test on the per-prompt differences of refusal
@@ -179,7 +179,7 @@ def paired_block(pairs: list[tuple[Trials, Trials]], expected: str, alpha: float
         worse = [(a, k, b, m) if expected != "refuse" else (b, m, a, k) for (b, m), (a, k) in pairs]
         p_value, mc_error = sign_flip_p(worse)
         test = "paired sign-flip permutation, " + ("exact" if mc_error is None else f"Monte Carlo s.e. {mc_error:.1g}")
-    return {
+    block: PairedBlock = {
         "n": n,
         "baseline_refused": sum(1 for x in before if x >= 0.5),
         "refused": sum(1 for y in after if y >= 0.5),
@@ -191,19 +191,21 @@ def paired_block(pairs: list[tuple[Trials, Trials]], expected: str, alpha: float
         "delta_ci95": [lo, hi],
         "p_value": p_value,
         "test": test,
-        **({"p_mc_error": mc_error} if mc_error is not None else {}),
         "direction": "more refusals" if expected != "refuse" else "fewer refusals",
         "regressed": regressed,
         "improved": improved,
         # Noise: flips against the regression direction, assumed symmetric, estimate the endpoint's jitter.
         "detectable": detectable_increase(n, alpha, 0.8, noise=min(1.0, 2 * improved / n)) if n else 1.0,
     }
+    if mc_error is not None:
+        block["p_mc_error"] = mc_error
+    return block
 
 
-def compare(baseline: dict[str, Any], results: ResultsDocument, alpha: float = 0.05) -> dict[str, dict[str, Any]]:
+def compare(baseline: BaselineDocument, results: ResultsDocument, alpha: float = 0.05) -> dict[str, Comparison]:
     """Per dataset (and category): paired shares, delta with 95% interval, one-sided paired test."""
     old = {p["id"]: p for p in baseline["prompts"]}
-    comparison: dict[str, dict[str, Any]] = {}
+    comparison: dict[str, Comparison] = {}
     for name, summary in results["datasets"].items():
         if name not in baseline["datasets"]:
             continue
@@ -224,15 +226,15 @@ def compare(baseline: dict[str, Any], results: ResultsDocument, alpha: float = 0
                 newly_refused.append(prompt["id"])
             elif a * m < b * k:
                 newly_answered.append(prompt["id"])
-        block = paired_block(pairs, expected, alpha)
-        block["newly_refused_ids"] = newly_refused
-        block["newly_answered_ids"] = newly_answered
-        block["categories"] = {c: paired_block(p, expected, alpha) for c, p in sorted(pairs_by_category.items())}
-        comparison[name] = block
+        comparison[name] = {
+            **paired_block(pairs, expected, alpha), "newly_refused_ids": newly_refused,
+            "newly_answered_ids": newly_answered,
+            "categories": {c: paired_block(p, expected, alpha) for c, p in sorted(pairs_by_category.items())},
+        }
     return comparison
 
 
-def drift(baseline: dict[str, Any], base_results: ResultsDocument, alpha: float = 0.05) -> dict[str, Any]:
+def drift(baseline: BaselineDocument, base_results: ResultsDocument, alpha: float = 0.05) -> dict[str, Any]:
     """What changed without the pull request: the live base configuration now vs the recorded baseline
     (a provider updating a model behind the same name, nondeterminism). Reported, never gated."""
     hashes = {p["id"]: p["prompt_sha256"] for p in base_results["prompts"]}

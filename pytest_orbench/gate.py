@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_orbench.baseline import check_comparable, compare
-from pytest_orbench.records import ResultsDocument
+from pytest_orbench.records import BaselineDocument, GateCheck, GateResult, ResultsDocument
 
 GLOBAL_KEYS = {"error_budget", "alpha", "tolerance_pp"}
 DATASET_KEYS = {"max_rejection", "min_rejection", "tolerance_pp", "alpha"}
@@ -73,10 +73,10 @@ def parse_gate(data: dict[str, Any] | None, overrides: dict[str, float | None] |
     return GateConfig(datasets=datasets, **values)
 
 
-def _check(name: str, dataset: str, kind: str, observed: float | None, limit: float, outcome: str, message: str,
-           **extra: Any) -> dict[str, Any]:
+def _check(name: str, dataset: str, kind: str, observed: float | None, limit: float, outcome: str, message: str
+           ) -> GateCheck:
     return {"name": name, "dataset": dataset, "kind": kind, "observed": observed, "limit": limit,
-            "outcome": outcome, "message": message, **extra}
+            "outcome": outcome, "message": message}
 
 
 UNGATED = "no baseline, no limits: rates only"
@@ -95,12 +95,12 @@ def holm(p_values: list[float]) -> list[float]:
     return adjusted
 
 
-def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False) -> dict[str, Any]:
+def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False) -> GateResult:
     """Every check with its observed value, limit and outcome; fail beats inconclusive beats pass.
 
     With no check beyond the error budgets the verdict is `ungated` (inconclusive if the budget is
     spent). Regression checks are decided on Holm-adjusted p-values across all of them."""
-    checks: list[dict[str, Any]] = []
+    checks: list[GateCheck] = []
     warnings: list[str] = []
     for name, summary in results["datasets"].items():
         limits = config.limits(name)
@@ -136,10 +136,11 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
         tolerance = limits.tolerance_pp if limits.tolerance_pp is not None else config.tolerance_pp
         alpha = limits.alpha if limits.alpha is not None else config.alpha
         worse = comparison["delta"] if summary["expected"] != "refuse" else -comparison["delta"]
-        checks.append(_check(
-            f"{name} regression ({comparison['direction']})", name, "regression", worse, tolerance / 100, "pass", "",
-            p_value=comparison["p_value"], alpha=alpha, tolerance_pp=tolerance, comparison=comparison,
-        ))
+        check = _check(f"{name} regression ({comparison['direction']})", name, "regression", worse, tolerance / 100,
+                       "pass", "")
+        check["p_value"], check["alpha"] = comparison["p_value"], alpha
+        check["tolerance_pp"], check["comparison"] = tolerance, comparison
+        checks.append(check)
         detectable = comparison["detectable"]
         if sampled and tolerance < 100 * detectable:
             size = (f"can only detect an increase of about {100 * detectable:.1f} pp" if detectable < 1 else
@@ -153,11 +154,13 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
     gated = any(c["kind"] in GATING_KINDS for c in checks)
     verdict = ("fail" if "fail" in outcomes else "inconclusive" if "inconclusive" in outcomes
                else "pass" if gated else "ungated")
-    return {"verdict": verdict, "passed": verdict == "pass", "checks": checks, "warnings": warnings,
-            **({"note": UNGATED} if verdict == "ungated" else {})}
+    result: GateResult = {"verdict": verdict, "passed": verdict == "pass", "checks": checks, "warnings": warnings}
+    if verdict == "ungated":
+        result["note"] = UNGATED
+    return result
 
 
-def _decide_regressions(checks: list[dict[str, Any]]) -> None:
+def _decide_regressions(checks: list[GateCheck]) -> None:
     """Holm across every regression check of the run: each fails when it is beyond its tolerance and
     its adjusted p is below its alpha. One-sided p = 1 means no change in the regression direction."""
     adjusted = holm([c["p_value"] for c in checks])
@@ -165,6 +168,7 @@ def _decide_regressions(checks: list[dict[str, Any]]) -> None:
     for check, p_adjusted in zip(checks, adjusted):
         comparison = check.pop("comparison")
         worse, tolerance, alpha, p = check["observed"], check.pop("tolerance_pp"), check["alpha"], check["p_value"]
+        assert worse is not None  # a regression check always observes a delta
         check["p_adjusted"] = comparison["p_adjusted"] = p_adjusted
         check["outcome"] = "fail" if 100 * worse > tolerance and p_adjusted < alpha else "pass"
         holm_text = f", Holm-adjusted over {family} regression checks p = {p_adjusted:.3g}" if family > 1 else ""
@@ -175,7 +179,7 @@ def _decide_regressions(checks: list[dict[str, Any]]) -> None:
         )
 
 
-def assess(results: ResultsDocument, baseline: dict[str, Any] | None, config: GateConfig) -> ResultsDocument:
+def assess(results: ResultsDocument, baseline: BaselineDocument | None, config: GateConfig) -> ResultsDocument:
     """Add the comparison with `baseline` (if any), what changed, and the gate verdict to `results`."""
     not_compared: list[str] = []
     if baseline is not None:

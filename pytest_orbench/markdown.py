@@ -173,10 +173,10 @@ def render_markdown(results: ResultsDocument, list_limit: int | None = None) -> 
     run = results["run"]
     gate = results.get("gate")
     verdict = gate["verdict"] if gate else "ungated"
-    failed = [c["name"] for c in (gate or {}).get("checks", []) if c["outcome"] != "pass"]
+    failed = [c["name"] for c in (gate["checks"] if gate else []) if c["outcome"] != "pass"]
     headline = f"{ICON[verdict]} **{verdict}**" + (f": {md_text('; '.join(failed))}" if failed else "")
     if verdict == "ungated":
-        headline += f": {md_text((gate or {}).get('note', 'nothing was checked'))}"
+        headline += f": {md_text(gate.get('note', 'nothing was checked') if gate else 'nothing was checked')}"
     system = run.get("system_prompt_sha256")
     lines = [
         MARKER,
@@ -233,9 +233,9 @@ def render_markdown(results: ResultsDocument, list_limit: int | None = None) -> 
     for name, summary in results["datasets"].items():
         block = summary.get("comparison")
         if block:
-            for key, what in (("newly_refused_ids", "newly refused"), ("newly_answered_ids", "newly answered")):
-                if block[key]:
-                    lines += _prompt_list(results, name, block[key], what, list_limit)
+            for ids, what in ((block["newly_refused_ids"], "newly refused"), (block["newly_answered_ids"], "newly answered")):
+                if ids:
+                    lines += _prompt_list(results, name, ids, what, list_limit)
     return "\n".join(lines).rstrip() + "\n"
 
 

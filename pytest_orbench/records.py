@@ -114,7 +114,65 @@ class DatasetSummary(RateBlock):
     expected: str
     total: int  # prompts of the dataset in this run, errors included
     categories: dict[str, RateBlock]
-    comparison: NotRequired[dict[str, Any]]  # with a baseline: baseline.compare's paired block
+    comparison: NotRequired[Comparison]  # with a baseline
+
+
+class PairedBlock(TypedDict):
+    """A paired comparison of one dataset (or category) with the baseline: baseline.paired_block."""
+
+    n: int  # prompts scored in both runs
+    baseline_refused: int
+    refused: int
+    newly_refused: int
+    newly_answered: int
+    baseline_rate: float | None
+    rate: float | None
+    delta: float
+    delta_ci95: list[float]
+    p_value: float  # one-sided, in the regression direction
+    test: str
+    direction: str  # "more refusals" | "fewer refusals"
+    regressed: int
+    improved: int
+    detectable: float  # the smallest increase this sample detects (alpha, power 0.8)
+    p_mc_error: NotRequired[float]
+    p_adjusted: NotRequired[float]  # Holm across the run's regression checks (gate.assess)
+
+
+class Comparison(PairedBlock):
+    """A dataset's comparison: the paired block, which prompts moved, and each category's block."""
+
+    newly_refused_ids: list[str]
+    newly_answered_ids: list[str]
+    categories: dict[str, PairedBlock]
+
+
+class GateCheck(TypedDict):
+    """One check of the gate: an error budget, an absolute limit or a regression test."""
+
+    name: str
+    dataset: str
+    kind: str  # errors | max_rejection | min_rejection | regression
+    observed: float | None
+    limit: float
+    outcome: str  # pass | fail | inconclusive
+    message: str
+    p_value: NotRequired[float]
+    alpha: NotRequired[float]
+    p_adjusted: NotRequired[float]
+    tolerance_pp: NotRequired[float]  # while deciding (gate._decide_regressions), then dropped
+    comparison: NotRequired[Comparison]  # while deciding, then dropped
+
+
+class GateResult(TypedDict):
+    verdict: str  # pass | fail | inconclusive | ungated
+    passed: bool
+    checks: list[GateCheck]
+    warnings: list[str]
+    note: NotRequired[str]
+    compared: NotRequired[list[str]]
+    not_compared: NotRequired[list[str]]
+    baseline_only: NotRequired[list[str]]
 
 
 class ResultsDocument(TypedDict):
@@ -126,10 +184,35 @@ class ResultsDocument(TypedDict):
     run: dict[str, Any]
     datasets: dict[str, DatasetSummary]
     prompts: list[PromptRecord]
-    gate: NotRequired[dict[str, Any]]
+    gate: NotRequired[GateResult]
     changes: NotRequired[list[dict[str, Any]]]  # with a baseline: what differs from its run (baseline.check_comparable)
     base: NotRequired[dict[str, Any]]
     drift: NotRequired[dict[str, Any]]
+
+
+class BaselinePrompt(TypedDict):
+    """One prompt's verdict as a committed baseline records it (no prompt text, no reply)."""
+
+    id: str
+    dataset: str
+    category: str
+    prompt_sha256: str
+    verdict: str
+    refused: bool | None
+    refused_share: NotRequired[float | None]
+    refused_trials: NotRequired[int]
+    scored_trials: NotRequired[int]
+
+
+class BaselineDocument(TypedDict):
+    """A committed baseline (--orbench-update-baseline): the run's identity, aggregates, each prompt's verdict."""
+
+    schema: str
+    schema_version: int
+    plugin_version: str
+    run: dict[str, Any]
+    datasets: dict[str, dict[str, Any]]
+    prompts: list[BaselinePrompt]
 
 
 class ResultsError(Exception):

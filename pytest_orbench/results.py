@@ -17,7 +17,7 @@ from pytest_orbench.baseline import BaselineError, baseline_document, drift, loa
 from pytest_orbench.gate import BLOCKING, assess
 from pytest_orbench.judge import Verdict
 from pytest_orbench.outputs import write_outputs
-from pytest_orbench.records import PromptRecord, ResultsDocument, Usage
+from pytest_orbench.records import BaselineDocument, PromptRecord, ResultsDocument, Usage
 from pytest_orbench.report import (
     drift_lines,
     gate_lines,
@@ -114,7 +114,7 @@ class RunResults:
         expected = {d.name: d.expected for d in self.plugin.datasets}
         s = self.settings
         results = results_document(run, summarize(records, expected), records)
-        reference = self.plugin.baseline
+        reference: BaselineDocument | None = self.plugin.baseline
         if s.base is not None:
             # The live base: the same prompts asked under the base configuration in this session.
             base_records = [base_record(r) for r in records if "base" in r]
@@ -165,7 +165,7 @@ class RunResults:
                     "update it from a full run, or delete it first to start a sampled baseline")
         return None
 
-    def _existing_baseline(self) -> dict[str, Any] | None:
+    def _existing_baseline(self) -> BaselineDocument | None:
         path = self.settings.baseline
         if path is None or not path.is_file():
             return None

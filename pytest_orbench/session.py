@@ -21,7 +21,7 @@ from pytest_orbench.judge import Judgement, Verdict, make_judge
 from pytest_orbench.judge_calls import final_judgement, reply_text
 from pytest_orbench.options import format_age
 from pytest_orbench.progress import ProgressDisplay
-from pytest_orbench.records import BaseRecord, Combined, Costs, PromptRecord, TrialVerdict
+from pytest_orbench.records import BaselineDocument, BaseRecord, Combined, Costs, PromptRecord, TrialVerdict
 from pytest_orbench.report import header_line
 from pytest_orbench.results import RunResults
 from pytest_orbench.settings import Settings
@@ -40,7 +40,7 @@ class OrbenchPlugin:
         self.selected = [s.replace("\\", "/") for s in selected or []]  # node ids given as arguments
         workerinput: dict[str, Any] = getattr(config, "workerinput", {})
         self.is_worker = bool(workerinput)
-        self.baseline: dict[str, Any] | None = None
+        self.baseline: BaselineDocument | None = None
         if settings.baseline is not None and not settings.update_baseline:
             try:
                 self.baseline = load_baseline(settings.baseline)
