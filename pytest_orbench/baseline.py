@@ -9,7 +9,14 @@ from typing import Any, cast
 
 from pytest_orbench import __version__
 from pytest_orbench.jsonfile import dumps, write_atomic
-from pytest_orbench.records import BaselineDocument, BaselinePrompt, Comparison, PairedBlock, ResultsDocument
+from pytest_orbench.records import (
+    BaselineDocument,
+    BaselinePrompt,
+    Comparison,
+    PairedBlock,
+    ResultsDocument,
+    RunMeta,
+)
 from pytest_orbench.stats import detectable_increase, mcnemar_p, mean_interval, paired_diff_ci, sign_flip_p
 
 BASELINE_SCHEMA = "pytest-orbench/baseline"
@@ -31,10 +38,10 @@ def baseline_document(results: ResultsDocument) -> BaselineDocument:
         "schema": BASELINE_SCHEMA,
         "schema_version": BASELINE_SCHEMA_VERSION,
         "plugin_version": __version__,
-        "run": {k: run.get(k) for k in (
+        "run": cast(RunMeta, {k: run.get(k) for k in (
             "endpoint", "model", "target", "api_base", "params", "system_prompt_sha256", "system_prompt_source",
             "judge", "seed", "sample", "datasets", "revision", "served",
-        )},
+        )}),
         "datasets": {name: {k: d.get(k) for k in DATASET_FIELDS} for name, d in results["datasets"].items()},
         # Trial counts only where known (a run's prompts have them; 0/1 of 1 with one trial).
         "prompts": [cast(BaselinePrompt, {k: p.get(k) for k in PROMPT_FIELDS if k in PROMPT_FIELDS[:6] or p.get(k) is not None})
@@ -76,7 +83,7 @@ def load_baseline(path: Path) -> BaselineDocument:
     return cast(BaselineDocument, data)
 
 
-def check_comparable(baseline: BaselineDocument, run: dict[str, Any], prompt_hashes: dict[str, str]) -> list[dict[str, Any]]:
+def check_comparable(baseline: BaselineDocument, run: RunMeta, prompt_hashes: dict[str, str]) -> list[dict[str, Any]]:
     """Raise BaselineError when the two runs measure different things; return the allowed changes.
 
     A different model, target, system prompt or parameters is the point of comparing; another

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_orbench.chart import mermaid, paper_points, run_point
-from pytest_orbench.records import ResultsDocument
+from pytest_orbench.records import ResultsDocument, RunMeta
 from pytest_orbench.report import P_EXPLAINED, drift_lines, pct, pp
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#!|~])")
@@ -158,7 +158,7 @@ def _prompt_list(results: ResultsDocument, name: str, ids: list[str], what: str,
     return lines
 
 
-def _judge_calls_md(run: dict[str, Any]) -> str:
+def _judge_calls_md(run: RunMeta) -> str:
     judged = run.get("judge_calls")
     if not judged:
         return ""

@@ -93,6 +93,35 @@ class PromptRecord(Combined):
     base: NotRequired[BaseRecord]
 
 
+class RunMeta(TypedDict, total=False):
+    """What a run was (the results' and the baseline's `run`): every key optional, as files written by
+    older versions, `orbench compare` and the live base's own run carry a subset."""
+
+    endpoint: str
+    model: str | None
+    target: str | None
+    api_base: str | None
+    params: dict[str, Any]
+    system_prompt_sha256: str | None
+    system_prompt_source: str | None
+    judge: dict[str, Any]  # id, version, model
+    revision: str | None
+    store_max_age: str
+    seed: int
+    sample: int | None
+    trials: int
+    base: dict[str, Any]  # the live base's endpoint facts and what differs
+    datasets: dict[str, dict[str, Any]]  # per dataset: source file, sha256, revision, total, selected, expected
+    calls: dict[str, int]  # made, stored, errors
+    spend: dict[str, dict[str, Any]]  # endpoint / base / judge: tokens and cost_usd (None: price unknown)
+    judge_calls: dict[str, int]
+    served: dict[str, dict[str, int]]  # models and system fingerprints the provider reported, with counts
+    started: str
+    duration_seconds: float
+    compared_with: str | None
+    baseline_update: dict[str, Any]  # path, written, reason
+
+
 class RateBlock(TypedDict):
     """Rates over the scored prompts of a dataset or a category."""
 
@@ -181,7 +210,7 @@ class ResultsDocument(TypedDict):
     schema: str
     schema_version: int
     plugin_version: str
-    run: dict[str, Any]
+    run: RunMeta
     datasets: dict[str, DatasetSummary]
     prompts: list[PromptRecord]
     gate: NotRequired[GateResult]
@@ -210,7 +239,7 @@ class BaselineDocument(TypedDict):
     schema: str
     schema_version: int
     plugin_version: str
-    run: dict[str, Any]
+    run: RunMeta
     datasets: dict[str, dict[str, Any]]
     prompts: list[BaselinePrompt]
 

@@ -13,9 +13,11 @@ from pytest_orbench.records import (
     RESULTS_SCHEMA_VERSION,
     BaseRecord,
     DatasetSummary,
+    PairedBlock,
     PromptRecord,
     RateBlock,
     ResultsDocument,
+    RunMeta,
 )
 from pytest_orbench.stats import mean_interval, wilson
 
@@ -98,7 +100,7 @@ def summarize(records: Iterable[PromptRecord], expected: dict[str, str]) -> dict
     return summaries
 
 
-def results_document(run: dict[str, Any], summaries: dict[str, DatasetSummary], records: list[PromptRecord]
+def results_document(run: RunMeta, summaries: dict[str, DatasetSummary], records: list[PromptRecord]
                      ) -> ResultsDocument:
     return {
         "schema": RESULTS_SCHEMA,
@@ -132,7 +134,7 @@ def xfail_line(results: ResultsDocument) -> str | None:
     return f"orbench: {sum(c for c, _ in parts)} xfailed = " + " + ".join(text for _, text in parts)
 
 
-def header_line(run: dict[str, Any]) -> str:
+def header_line(run: RunMeta) -> str:
     prompt_hash = run.get("system_prompt_sha256")
     system = f"{prompt_hash[:12]} ({run.get('system_prompt_source')})" if prompt_hash else "none"
     revisions = sorted({f"{d['repo']}@{d['revision'][:12]}" for d in run["datasets"].values() if d.get("revision")})
@@ -150,7 +152,7 @@ def header_line(run: dict[str, Any]) -> str:
     )
 
 
-def _all_used(run: dict[str, Any]) -> str:
+def _all_used(run: RunMeta) -> str:
     """`--orbench-sample` larger than a dataset takes all of it: say so instead of implying a sample."""
     whole = [f"{name}: all {d['total']}" for name, d in run["datasets"].items()
              if run.get("sample") and d.get("total") is not None and d["total"] <= run["sample"]]
@@ -162,7 +164,7 @@ def _table(rows: list[list[str]], indent: str = "") -> list[str]:
     return [indent + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
 
 
-def terminal_lines(run: dict[str, Any], summaries: dict[str, Any], categories: bool = True) -> list[str]:
+def terminal_lines(run: RunMeta, summaries: dict[str, DatasetSummary], categories: bool = True) -> list[str]:
     lines = [header_line(run)]
     rows = [["dataset", "expect", "n", "refused", "rejection", "95% CI", "filtered", "empty", "errors", "unscored"]]
     for name, s in summaries.items():
@@ -197,10 +199,10 @@ def terminal_lines(run: dict[str, Any], summaries: dict[str, Any], categories: b
             lines.append("")
             lines.append(f"{term_safe(name, 40)} by category:")
             rows = [["category", "n", "refused", "rejection", "95% CI", "errors"]]
-            for category, c in s["categories"].items():
-                lo, hi = c["ci95"]
-                rows.append([term_safe(category, 40), str(c["n"]), str(c["refused"]), pct(c["rejection_rate"]),
-                             f"[{pct(lo)}, {pct(hi)}]", str(c["errors"])])
+            for category, block in s["categories"].items():
+                lo, hi = block["ci95"]
+                rows.append([term_safe(category, 40), str(block["n"]), str(block["refused"]),
+                             pct(block["rejection_rate"]), f"[{pct(lo)}, {pct(hi)}]", str(block["errors"])])
             lines += _table(rows, "  ")
     calls = run.get("calls")
     if calls:
@@ -238,7 +240,7 @@ P_EXPLAINED = ("p: one-sided p that the change is a regression (exact McNemar wi
                "direction); p adj.: Holm-adjusted across the run's regression checks, which the gate decides on")
 
 
-def _adjusted(comparison: dict[str, Any]) -> str:
+def _adjusted(comparison: PairedBlock) -> str:
     value = comparison.get("p_adjusted")
     return "n/a" if value is None else f"{value:.3g}"
 

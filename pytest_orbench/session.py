@@ -21,7 +21,7 @@ from pytest_orbench.judge import Judgement, Verdict, make_judge
 from pytest_orbench.judge_calls import final_judgement, reply_text
 from pytest_orbench.options import format_age
 from pytest_orbench.progress import ProgressDisplay
-from pytest_orbench.records import BaselineDocument, BaseRecord, Combined, Costs, PromptRecord, TrialVerdict
+from pytest_orbench.records import BaselineDocument, BaseRecord, Combined, Costs, PromptRecord, RunMeta, TrialVerdict
 from pytest_orbench.report import header_line
 from pytest_orbench.results import RunResults
 from pytest_orbench.settings import Settings
@@ -91,7 +91,7 @@ class OrbenchPlugin:
         return loaded
 
     # -- metadata ---------------------------------------------------------------------------
-    def run_meta(self, config: int = 0) -> dict[str, Any]:
+    def run_meta(self, config: int = 0) -> RunMeta:
         s = self.settings if config == 0 else self.settings.base
         assert s is not None
         return {
@@ -110,7 +110,7 @@ class OrbenchPlugin:
         }
 
     @staticmethod
-    def _endpoint_meta(s: Settings) -> dict[str, Any]:
+    def _endpoint_meta(s: Settings) -> RunMeta:
         """What a configuration asks: endpoint, parameters, system prompt (by hash; never a secret)."""
         return {"endpoint": s.endpoint, "model": s.model, "target": s.target, "api_base": redact_url(s.api_base),
                 "params": s.params, "system_prompt_sha256": s.system_prompt_sha256,
@@ -120,7 +120,8 @@ class OrbenchPlugin:
         """The live base in the run's metadata: what it is, and what differs from the configuration tested."""
         assert self.settings.base is not None
         head, base = self._endpoint_meta(self.settings), self._endpoint_meta(self.settings.base)
-        return {**base, "differs": [k for k in head if k != "system_prompt_source" and head[k] != base[k]]}
+        differs = [k for k in head if k != "system_prompt_source" and head.get(k) != base.get(k)]
+        return {**base, "differs": differs}
 
     def pytest_report_header(self, config: pytest.Config) -> str:
         return header_line(self.run_meta())
