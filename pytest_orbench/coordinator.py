@@ -110,6 +110,15 @@ class Coordinator:
             self.child = FetchChild()
             self.child.spawn()
 
+    def preview(self, requests: list[Request]) -> Plan:
+        """What `begin` would do with these requests (store hits, calls, judge calls), calling nothing."""
+        store = Store(self.settings.store)
+        try:
+            # offline=True keeps the stored replies that still need a judge call in plan.stored
+            return make_plan(store, self.judge, requests, self.settings.store_max_age, offline=True)
+        finally:
+            store.close()
+
     def _shards(self, jobs: int) -> int:
         import os
 
@@ -176,7 +185,8 @@ class Coordinator:
 
             loop = FetchLoop(Store(s.store), caller, run_id=self.run_id,
                              concurrency=s.concurrency,
-                             retries=s.retries, judge=self.judge if stage is not None else None, judge_stage=stage)
+                             retries=s.retries, judge=self.judge if stage is not None else None, judge_stage=stage,
+                             max_cost=s.max_cost)
             self.thread = ThreadFetcher(loop, jobs, s.concurrency)
             self.thread.start()
             return
@@ -190,7 +200,7 @@ class Coordinator:
             "store": s.store, "run_id": self.run_id, "retries": s.retries, "shards": self.shards,
             "concurrency": s.concurrency,
             "configs": [(c.endpoint_spec() if c.model else None, c.system_prompt) for c in self._configs()],
-            "max_age": s.store_max_age, "judge": s.judge if self.judge.llm is not None else None,
+            "max_age": s.store_max_age, "max_cost": s.max_cost, "judge": s.judge if self.judge.llm is not None else None,
             "judge_spec": s.judge_spec if self.judge.llm is not None else None, "jobs": jobs,
         })
 

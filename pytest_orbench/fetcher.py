@@ -55,8 +55,10 @@ class FetchLoop:
 
     def __init__(self, store: Store, make_caller: Callable[[int], Caller], *, run_id: str, concurrency: int,
                  retries: int, judge: Judge | None = None, judge_stage: JudgeStage | None = None,
-                 shard: int = 0, shards: int = 1) -> None:
+                 shard: int = 0, shards: int = 1, max_cost: float | None = None) -> None:
         self.store = store
+        self.max_cost = max_cost  # USD this loop may spend (--orbench-max-cost, split between fetch processes)
+        self._spent = 0.0
         self.shard, self.shards = shard, shards
         self.make_caller = make_caller
         self.run_id = run_id
@@ -133,6 +135,10 @@ class FetchLoop:
     async def _fetch(self, job: Job) -> Outcome:
         record, fetched = job.record, False
         if record is None:
+            if self.max_cost is not None and self._spent >= self.max_cost and self._fatal is None:
+                self._fatal = (f"the run's spend reached the --orbench-max-cost limit (${self._spent:.4f} of "
+                               f"${self.max_cost:.4f}{' for this fetch process' if self.shards > 1 else ''}); "
+                               "what was paid for is stored")
             if self._fatal is not None:
                 return Outcome(error=f"not requested: {self._fatal}")
             caller = self._callers[job.config]
@@ -147,6 +153,7 @@ class FetchLoop:
             record = reply.record()
             record["seconds"] = round(seconds, 3)
             record["attempts"] = attempts
+            self._spent += float(record.get("cost") or 0.0)
             self._pending_records.append((job.key, record))
             fetched = True
         outcome = Outcome(record=record, fetched=fetched)
@@ -155,6 +162,8 @@ class FetchLoop:
             assert self.judge_stage is not None
             try:
                 outcome.judge, outcome.judge_fetched = await self.judge_stage.judge(key, job.prompt, reply_text(record))
+                if outcome.judge_fetched and outcome.judge is not None:
+                    self._spent += float(outcome.judge.get("cost") or 0.0)
             except EndpointError as exc:
                 outcome.judge_error = str(exc)
         return outcome

@@ -184,7 +184,8 @@ def _run_shard(work: dict[str, Any], shard: int, shards: int, wait_for_stop: Any
     configs = work["configs"]
     loop = FetchLoop(store, lambda config: LiteLLMCaller(*configs[config]), run_id=work["run_id"],
                      concurrency=concurrency, retries=work["retries"], judge=judge, judge_stage=stage,
-                     shard=shard, shards=shards)
+                     shard=shard, shards=shards,
+                     max_cost=None if work["max_cost"] is None else work["max_cost"] / shards)
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -53,6 +53,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("concurrency", "int", 16, "requests in flight for the whole run, across xdist workers", "--orbench-concurrency"),
     Option("progress_every", "float", 10.0, "seconds between fetch progress lines in logs (not on a terminal, where one "
            "status is updated in place); 0 turns them off", "--orbench-progress-every"),
+    Option("estimate", "bool", False, "print the calls, tokens and cost this run would make (store hits excluded), "
+           "then stop without calling", "--orbench-estimate"),
+    Option("estimate_output_tokens", "int", 400, "completion tokens assumed per reply in estimates (the judge's: 100)",
+           "--orbench-estimate-output-tokens"),
+    Option("max_cost", "float", None, "USD: refuse to start when the estimate exceeds it, and stop making calls when "
+           "the run's actual spend reaches it", "--orbench-max-cost"),
     Option("json", "path", None, "write the results JSON here", "--orbench-json"),
     Option("store", "path", ".orbench", "response store folder (relative to rootdir)", "--orbench-store"),
     Option("refresh", "bool", False, "ignore stored responses and call the endpoint again", "--orbench-refresh"),

@@ -38,7 +38,11 @@ def pytest_configure(config: pytest.Config) -> None:
     _check_rootdir(config)
     from pytest_orbench.session import OrbenchPlugin
 
-    plugin = OrbenchPlugin(config, build_settings(config), selected=selected)
+    settings = build_settings(config)
+    if settings.estimate and not hasattr(config, "workerinput"):
+        # An estimate reads the store and counts tokens in this process: no xdist workers to start.
+        config.option.dist, config.option.tx = "no", []
+    plugin = OrbenchPlugin(config, settings, selected=selected)
     config.stash[PLUGIN_KEY] = plugin
     config.pluginmanager.register(plugin, "orbench-session")
 

@@ -15,6 +15,7 @@ import pytest
 from pytest_orbench.baseline import BaselineError, check_comparable, load_baseline
 from pytest_orbench.coordinator import Coordinator, Request
 from pytest_orbench.dataset import Dataset, DatasetError, Prompt, default_cache_dir, load_dataset, stratified_sample
+from pytest_orbench.estimate import Part
 from pytest_orbench.fetcher import Outcome
 from pytest_orbench.items import DatasetNode, PromptItem, Requests, item_name
 from pytest_orbench.judge import Judgement, Verdict, make_judge
@@ -74,8 +75,11 @@ class OrbenchPlugin:
             config.pluginmanager.register(RunResults(self), "orbench-results")
         self._requests = {self.nodeid(d, p): self.requests(p) for d in self.datasets for p in d.prompts}
         self._begun = False
-        if not config.option.collectonly:
-            self.coordinator.early([r for item in self._requests.values() for r in item.all])
+        if not config.option.collectonly and not settings.estimate:
+            every = [r for item in self._requests.values() for r in item.all]
+            if settings.max_cost is not None and not self.is_worker:
+                self._check_max_cost(every)
+            self.coordinator.early(every)
 
     def _load_datasets(self) -> list[Dataset]:
         loaded = []
@@ -212,8 +216,66 @@ class OrbenchPlugin:
         if not self._begun and not self.config.option.collectonly:
             self._begin([r for i in ids if i in self._requests for r in self._requests[i].all])
 
+    def estimate(self, requests: list[Request]) -> list[Part]:
+        """What the calls for these requests would cost (see estimate.py); store hits cost nothing."""
+        from pytest_orbench.estimate import endpoint_part, judge_part
+        from pytest_orbench.judge_calls import reply_text
+
+        s = self.settings
+        plan = self.coordinator.preview(requests)
+        parts = []
+        for config, what in ((0, "endpoint"), (1, "live base")):
+            c = s if config == 0 else s.base
+            texts = [r.text for r in plan.misses if r.config == config]
+            if c is None or not texts:
+                continue
+            if c.target is not None:
+                parts.append(Part(what, f"target:{c.target}", len(texts), 0, 0, None))
+                continue
+            assert c.model is not None
+            parts.append(endpoint_part(what, c.model, c.system_prompt, texts, s.estimate_output_tokens,
+                                       {**c.litellm_kwargs}))
+        if self.judge.llm is not None and s.judge_spec is not None:
+            questions: list[tuple[str, str | None]] = [(r.text, None) for r in plan.misses]
+            questions += [(r.text, reply_text(plan.stored[r.key]))
+                          for r in plan.unjudged]
+            if questions:
+                parts.append(judge_part(s.judge_spec.model, questions, s.estimate_output_tokens,
+                                        self.judge.id == "hybrid", s.judge_spec.call_kwargs))
+        return parts
+
+    def _check_max_cost(self, requests: list[Request]) -> None:
+        """Refuse to start when the run's estimate (every prompt of the run, before -k deselection) is over
+        --orbench-max-cost, or has no known price."""
+        from pytest_orbench.estimate import lines, total, usd
+
+        s = self.settings
+        assert s.max_cost is not None
+        parts = self.estimate(requests)
+        cost = total(parts)
+        detail = "\n".join(lines(parts, s.estimate_output_tokens))
+        if cost is None:
+            unpriced = ", ".join(sorted({p.model for p in parts if p.cost is None}))
+            raise pytest.UsageError(
+                f"pytest-orbench: --orbench-max-cost {usd(s.max_cost)} needs a price, and litellm has none for "
+                f"{unpriced}: set input_cost_per_token and output_cost_per_token (USD) in litellm_kwargs, or drop "
+                f"the limit\n{detail}")
+        if cost > s.max_cost:
+            raise pytest.UsageError(
+                f"pytest-orbench: this run would cost about {usd(cost)}, over --orbench-max-cost {usd(s.max_cost)}; "
+                f"nothing was called. Sample (--orbench-sample), select fewer prompts, or raise the limit\n{detail}")
+
     def _begin(self, requests: list[Request]) -> None:
         self._begun = True
+        if self.settings.estimate:
+            from pytest_orbench.estimate import lines
+
+            terminal = self.config.pluginmanager.get_plugin("terminalreporter")
+            for text in lines(self.estimate(requests), self.settings.estimate_output_tokens):
+                if terminal is not None:
+                    terminal.write_line(text)
+            self.coordinator.stop()
+            pytest.exit("orbench: estimate only (--orbench-estimate): nothing was called", returncode=0)
         if not requests and self.coordinator.fetches:
             self.coordinator.stop()
             return

@@ -63,6 +63,9 @@ class Settings:
     markdown_max_chars: int = 65536
     revision: str | None = None
     progress_every: float = 10.0  # seconds between progress lines in logs; 0 = none
+    estimate: bool = False  # print what the run would cost, call nothing
+    estimate_output_tokens: int = 400  # completion tokens assumed per reply in estimates
+    max_cost: float | None = None  # USD: refuse to start above it; stop calling when the spend reaches it
     trials: int = 1  # each prompt asked this many times
     base: Settings | None = None  # the live base configuration (--orbench-base-*, base:), compared prompt by prompt
 
@@ -301,6 +304,10 @@ def build_settings(config: pytest.Config) -> Settings:
             raise _fail(f"{key} must be at least {low}, got {values[key]}")
     if values["trials"] > MAX_TRIALS:
         raise _fail(f"trials must be at most {MAX_TRIALS} (each prompt is asked that many times), got {values['trials']}")
+    if values["max_cost"] is not None and values["max_cost"] <= 0:
+        raise _fail(f"max_cost must be a positive number of US dollars, got {values['max_cost']}")
+    if values["estimate_output_tokens"] < 1:
+        raise _fail(f"estimate_output_tokens must be at least 1, got {values['estimate_output_tokens']}")
     if values["progress_every"] < 0:
         raise _fail(f"progress_every must be 0 (no progress lines) or a number of seconds, got {values['progress_every']}")
     if values["timeout"] <= 0:
@@ -387,6 +394,9 @@ def build_settings(config: pytest.Config) -> Settings:
         revision=str(revision).strip() if revision is not None else None,
         progress_every=values["progress_every"],
         trials=values["trials"],
+        estimate=bool(values["estimate"]),
+        estimate_output_tokens=values["estimate_output_tokens"],
+        max_cost=values["max_cost"],
     )
     base = _base(values, bases, settings)
     return replace(settings, base=base) if base is not None else settings

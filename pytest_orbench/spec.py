@@ -16,6 +16,12 @@ from urllib.parse import urlsplit, urlunsplit
 from pytest_orbench.store import response_key
 
 SECRET_WORDS = re.compile(r"key|token|secret|password|authorization|credential", re.IGNORECASE)
+
+
+def secret_name(key: str) -> bool:
+    """A litellm kwarg whose value is a credential; prices (`input_cost_per_token`, litellm's custom
+    pricing) are not, though they say "token"."""
+    return bool(SECRET_WORDS.search(key)) and "cost" not in key.lower()
 HEADER_KEYS = ("headers", "extra_headers", "default_headers")
 
 
@@ -57,7 +63,7 @@ def public_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
             return {str(k): public(str(k), v) for k, v in sorted(value.items())}
         return value
 
-    return {str(k): public(str(k), v) for k, v in sorted(kwargs.items()) if not SECRET_WORDS.search(str(k))}
+    return {str(k): public(str(k), v) for k, v in sorted(kwargs.items()) if not secret_name(str(k))}
 
 
 def resolve_env(value: Any, environ: Mapping[str, str] | None = None) -> Any:
@@ -142,7 +148,8 @@ def literal_secrets(value: Any, where: str) -> list[str]:
             return []
         for key, item in value.items():
             path = f"{where}.{key}"
-            if SECRET_NAMES.search(str(key)) and not is_env_ref(item) and item not in (None, ""):
+            if (SECRET_NAMES.search(str(key)) and "cost" not in str(key).lower() and not is_env_ref(item)
+                    and item not in (None, "")):
                 if not isinstance(item, (dict, list)):
                     found.append(path)
                     continue
@@ -191,7 +198,7 @@ def secret_problem(kwargs: dict[str, Any], where: str, key_setting: str, check_e
     """What is wrong with the credentials in litellm kwargs, with the fix (None: nothing). Literal
     credentials anywhere in nested kwargs are refused, showing the `{env: VAR}` form; `{env: VAR}`
     values need VAR set. Shared by the run's settings and `orbench generate`."""
-    top = next((k for k in kwargs if SECRET_WORDS.search(str(k)) and not is_env_ref(kwargs[k])), None)
+    top = next((k for k in kwargs if secret_name(str(k)) and not is_env_ref(kwargs[k])), None)
     if top is not None:
         return (f"{where}.{top} looks like a secret; secrets never go in orbench.yaml. Put the key in an "
                 f"environment variable and set {key_setting} to its name")

@@ -1,0 +1,132 @@
+"""Cost before spending: the calls a run would make (store hits excluded), their tokens and their price.
+
+Input tokens are counted with litellm's token counter on the messages that would be sent; output
+tokens are an assumption, stated in every estimate (`--orbench-estimate-output-tokens` per reply; 100
+per LLM judge verdict). Prices come from `input_cost_per_token` / `output_cost_per_token` in
+`litellm_kwargs` (litellm's custom pricing) or else litellm's price table; a model with neither is
+"price unknown", never $0. Batch prices are the table's `*_batches` prices where it lists them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+JUDGE_OUTPUT_TOKENS = 100  # the judge explains in two or three sentences, then gives the class
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per token."""
+
+    input: float
+    output: float
+    batch_input: float | None
+    batch_output: float | None
+    source: str  # "litellm_kwargs" | "litellm price table"
+
+
+@dataclass(frozen=True)
+class Part:
+    """The calls of one model in a run."""
+
+    what: str  # "endpoint" | "live base" | "judge"
+    model: str
+    calls: int
+    input_tokens: int
+    output_tokens: int  # assumed
+    price: Price | None
+    at_most: bool = False  # hybrid judge: only the replies it cannot decide go to the LLM
+
+    @property
+    def cost(self) -> float | None:
+        if self.price is None:
+            return None if self.calls else 0.0
+        return self.input_tokens * self.price.input + self.output_tokens * self.price.output
+
+    @property
+    def batch_cost(self) -> float | None:
+        p = self.price
+        if p is None or p.batch_input is None or p.batch_output is None:
+            return None if self.calls else 0.0
+        return self.input_tokens * p.batch_input + self.output_tokens * p.batch_output
+
+
+def price_of(model: str, litellm_kwargs: Mapping[str, Any]) -> Price | None:
+    """The model's price per token: custom pricing in litellm_kwargs first, then litellm's table."""
+    custom_in, custom_out = litellm_kwargs.get("input_cost_per_token"), litellm_kwargs.get("output_cost_per_token")
+    if isinstance(custom_in, (int, float)) and isinstance(custom_out, (int, float)):
+        return Price(float(custom_in), float(custom_out), None, None, "litellm_kwargs")
+    from pytest_orbench.client import _import_litellm
+
+    litellm = _import_litellm()
+    try:
+        info = litellm.get_model_info(model)
+    except Exception:  # litellm raises its own exception types for unmapped models
+        return None
+    cost_in, cost_out = info.get("input_cost_per_token"), info.get("output_cost_per_token")
+    if cost_in is None or cost_out is None or (cost_in == 0 and cost_out == 0):
+        return None  # a hosted model the table lists at $0 has no price there, not a free one
+    return Price(float(cost_in), float(cost_out), info.get("input_cost_per_token_batches"),
+                 info.get("output_cost_per_token_batches"), "litellm price table")
+
+
+def count_tokens(model: str, messages: list[dict[str, str]]) -> int:
+    from pytest_orbench.client import _import_litellm
+
+    return int(_import_litellm().token_counter(model=model, messages=messages))
+
+
+def endpoint_part(what: str, model: str, system_prompt: str | None, prompts: list[str], output_tokens: int,
+                  litellm_kwargs: Mapping[str, Any]) -> Part:
+    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    tokens = sum(count_tokens(model, [*system, {"role": "user", "content": text}]) for text in prompts)
+    return Part(what, model, len(prompts), tokens, output_tokens * len(prompts), price_of(model, litellm_kwargs))
+
+
+def judge_part(model: str, questions: list[tuple[str, str | None]], reply_tokens: int, at_most: bool,
+               litellm_kwargs: Mapping[str, Any]) -> Part:
+    """LLM judge calls: (prompt, stored reply or None for a reply not fetched yet, counted as `reply_tokens`)."""
+    from pytest_orbench.judge import LLM_PROMPT
+
+    tokens = 0
+    for prompt, reply in questions:
+        text = LLM_PROMPT.format(prompt=prompt, reply=reply or "")
+        tokens += count_tokens(model, [{"role": "user", "content": text}]) + (0 if reply is not None else reply_tokens)
+    return Part("judge", model, len(questions), tokens, JUDGE_OUTPUT_TOKENS * len(questions),
+                price_of(model, litellm_kwargs), at_most)
+
+
+def total(parts: list[Part], batch: bool = False) -> float | None:
+    """USD for every part; None when a part with calls has no known price."""
+    costs = [p.batch_cost if batch else p.cost for p in parts]
+    return None if any(c is None for c in costs) else sum(c for c in costs if c is not None)
+
+
+def usd(value: float | None) -> str:
+    return "price unknown" if value is None else f"${value:,.4f}" if value < 1 else f"${value:,.2f}"
+
+
+def lines(parts: list[Part], output_tokens: int) -> list[str]:
+    """The estimate as the terminal shows it."""
+    out = [f"orbench estimate (no call made; output assumed: {output_tokens} tokens per reply, "
+           f"{JUDGE_OUTPUT_TOKENS} per judge verdict):"]
+    for p in parts:
+        bound = "at most " if p.at_most else ""
+        where = f", priced from {p.price.source}" if p.price else ""
+        sync_text = bound + usd(p.cost) if p.cost is not None else usd(None)
+        batch_text = bound + usd(p.batch_cost) if p.batch_cost is not None else _batch(p)
+        out.append(f"  {p.what} {p.model}: {bound}{p.calls:,} calls, {p.input_tokens:,} input + {p.output_tokens:,} "
+                   f"output tokens; synchronous {sync_text}, batch {batch_text}{where}")
+    sync, batch = total(parts), total(parts, batch=True)
+    bound = "at most " if any(p.at_most for p in parts) else ""
+    batch_text = ("not listed" if sync is not None else usd(None)) if batch is None else bound + usd(batch)
+    out.append(f"  total: synchronous {bound if sync is not None else ''}{usd(sync)}, batch {batch_text}")
+    return out
+
+
+def _batch(part: Part) -> str:
+    if part.price is not None and part.batch_cost is None:
+        return "not listed"
+    return usd(part.batch_cost)
