@@ -190,6 +190,7 @@ def test_action_fails_a_regressing_pr_passes_the_fix_and_edits_one_comment(
     assert github.token not in log + (temp / "summary.md").read_text()
 
 
+@pytest.mark.slow  # shares the module's installed environment with the other slow tests here: same worker
 @pytest.mark.usefixtures("orbench_env")
 def test_action_judge_inputs_reach_the_run_and_the_comment(tmp_path: Path, venv: Path, github: FakeGitHub, mock_factory: Any) -> None:
     server = mock_factory(ambiguous_rate=0.3)
