@@ -134,6 +134,7 @@ def _tradeoff(args: argparse.Namespace) -> int:
 
 
 def _judge_eval(args: argparse.Namespace) -> int:
+    from pytest_orbench.client import api_key_for
     from pytest_orbench.jsonfile import dumps, write_atomic
     from pytest_orbench.judge import JudgeError, judge_model_spec, make_judge
     from pytest_orbench.judgeeval import (
@@ -144,7 +145,6 @@ def _judge_eval(args: argparse.Namespace) -> int:
         load_labeled,
         text_report,
     )
-    from pytest_orbench.spec import api_key_for
 
     sys.path.insert(0, os.getcwd())  # custom judges live in the user's project, as with pytest's rootdir
     spec = None

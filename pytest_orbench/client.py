@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from pytest_orbench.spec import ModelSpec, env_refs, import_object
+from pytest_orbench.spec import PROVIDER_KEYS, ModelSpec, env_refs, import_object, provider_of
 
 # Statuses worth another attempt: rate limits, overload, server faults, gateway timeouts.
 RETRY_STATUSES = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
@@ -357,6 +357,35 @@ def load_target(spec: str) -> Callable[..., Any]:
         raise EndpointError(f"target {spec!r} must accept (prompt, system_prompt); its signature is {module_name}."
                             f"{attr}{signature}", retryable=False, fatal=True) from None
     return obj  # type: ignore[no-any-return]
+
+
+def api_key_for(model: str, api_base: str | None, api_key_env: str | None, *, what: str = "model",
+                key_flag: str = "--orbench-api-key-env / api_key_env") -> str | None:
+    """The key to send, or None to let litellm read the provider's variable; ValueError if missing,
+    or if the model string names no provider litellm knows (every call would fail). litellm is imported
+    only for a provider outside spec.PROVIDER_KEYS."""
+    provider = provider_of(model)
+    if provider not in PROVIDER_KEYS:
+        problem = provider_problem(model)
+        if problem:
+            raise ValueError(f"{what} {model!r}: {problem}")
+    if api_key_env:
+        key = os.environ.get(api_key_env)
+        if not key:
+            raise ValueError(f"{key_flag} names ${api_key_env}, which is not set: export {api_key_env}=... before running")
+        return key
+    if provider in PROVIDER_KEYS:
+        needed = PROVIDER_KEYS[provider]
+        missing = [needed] if needed and not os.environ.get(needed) else []
+    else:
+        missing = missing_keys(model)
+    if missing:
+        local = " (any non-empty value works for a local server that ignores keys)" if api_base else ""
+        raise ValueError(
+            f"no API key for {what} {model!r}: set {' and '.join(missing)}{local}, "
+            f"or name another variable with {key_flag}"
+        )
+    return None
 
 
 def make_caller(system_prompt: str | None, *, spec: ModelSpec | None = None, target: str | None = None,

@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_orbench.coordinator import Plan
+    from pytest_orbench.judge import Judge
+    from pytest_orbench.settings import Settings
 
 JUDGE_OUTPUT_TOKENS = 100  # the judge explains in two or three sentences, then gives the class
 
@@ -130,3 +135,43 @@ def _batch(part: Part) -> str:
     if part.price is not None and part.batch_cost is None:
         return "not listed"
     return usd(part.batch_cost)
+
+
+def plan_parts(settings: Settings, judge: Judge, plan: Plan) -> list[Part]:
+    """The parts of a run's plan: the endpoint's and the live base's calls, and the LLM judge's."""
+    from pytest_orbench.judge_calls import reply_text
+
+    s = settings
+    parts = []
+    for config, what in ((0, "endpoint"), (1, "live base")):
+        c = s if config == 0 else s.base
+        texts = [r.text for r in plan.misses if r.config == config]
+        if c is None or not texts:
+            continue
+        if c.target is not None:
+            parts.append(Part(what, f"target:{c.target}", len(texts), 0, 0, None))
+            continue
+        assert c.model is not None
+        parts.append(endpoint_part(what, c.model, c.system_prompt, texts, s.estimate_output_tokens, c.litellm_kwargs))
+    if judge.llm is not None and s.judge_spec is not None:
+        questions: list[tuple[str, str | None]] = [(r.text, None) for r in plan.misses]
+        questions += [(r.text, reply_text(plan.stored[r.key])) for r in plan.unjudged]
+        if questions:
+            parts.append(judge_part(s.judge_spec.model, questions, s.estimate_output_tokens, judge.id == "hybrid",
+                                    s.judge_spec.call_kwargs))
+    return parts
+
+
+def over_limit(settings: Settings, parts: list[Part]) -> str | None:
+    """Why a run may not start under --orbench-max-cost (None: it may), with the estimate."""
+    assert settings.max_cost is not None
+    cost = total(parts)
+    detail = "\n".join(lines(parts, settings.estimate_output_tokens))
+    if cost is None:
+        unpriced = ", ".join(sorted({p.model for p in parts if p.cost is None}))
+        return (f"--orbench-max-cost {usd(settings.max_cost)} needs a price, and litellm has none for {unpriced}: set "
+                f"input_cost_per_token and output_cost_per_token (USD) in litellm_kwargs, or drop the limit\n{detail}")
+    if cost > settings.max_cost:
+        return (f"this run would cost about {usd(cost)}, over --orbench-max-cost {usd(settings.max_cost)}; nothing was "
+                f"called. Sample (--orbench-sample), select fewer prompts, or raise the limit\n{detail}")
+    return None

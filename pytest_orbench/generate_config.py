@@ -86,7 +86,8 @@ ROLE_DEFAULTS = {"seed_model": (0.7, 2000), "rewriter": (0.7, 1000), "moderators
 
 def _model(entry: Any, role: str, shared: dict[str, Any]) -> ModelSpec:
     """A model entry (a litellm model string, or a mapping with its own api_base etc.) as a ModelSpec."""
-    from pytest_orbench.spec import api_key_for, public_kwargs, secret_problem
+    from pytest_orbench.client import api_key_for
+    from pytest_orbench.spec import public_kwargs, secret_problem
 
     if isinstance(entry, str):
         entry = {"model": entry}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -17,10 +17,21 @@ from pytest_orbench.coordinator import Request
 from pytest_orbench.dataset import Prompt
 from pytest_orbench.fetcher import Outcome
 from pytest_orbench.judge import Verdict
+from pytest_orbench.records import PromptRecord
 from pytest_orbench.report import term_safe
+from pytest_orbench.settings import Settings
 
-if TYPE_CHECKING:
-    from pytest_orbench.session import OrbenchPlugin
+
+class Run(Protocol):
+    """What a prompt test asks of the run (session.OrbenchPlugin): its outcomes, its record, the settings."""
+
+    settings: Settings
+    baseline_refused: dict[str, bool | None]
+
+    def outcome(self, item: PromptItem, request: Request) -> Outcome: ...
+    def error_record(self, item: PromptItem, error: str, outcomes: list[Outcome] | None = None) -> PromptRecord: ...
+    def judge_item(self, item: PromptItem, outcomes: list[Outcome], base_outcomes: list[Outcome] | None = None
+                   ) -> PromptRecord: ...
 
 
 class DatasetNode(pytest.Collector):
@@ -33,7 +44,7 @@ class DatasetNode(pytest.Collector):
 class PromptItem(pytest.Item):
     """One prompt sent to the endpoint; passes when the behaviour matches the expectation."""
 
-    def __init__(self, *, prompt: Prompt, requests: Requests, plugin: OrbenchPlugin, **kwargs: Any) -> None:
+    def __init__(self, *, prompt: Prompt, requests: Requests, plugin: Run, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.prompt = prompt
         self.requests = requests

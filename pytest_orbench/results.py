@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 import pytest
 
 from pytest_orbench.baseline import BaselineError, baseline_document, drift, load_baseline, save_baseline
+from pytest_orbench.dataset import Dataset
 from pytest_orbench.gate import BLOCKING, assess
-from pytest_orbench.judge import Verdict
+from pytest_orbench.judge import Judge, Verdict
 from pytest_orbench.outputs import write_outputs
-from pytest_orbench.records import BaselineDocument, PromptRecord, ResultsDocument, Usage
+from pytest_orbench.progress import ProgressDisplay
+from pytest_orbench.records import BaselineDocument, PromptRecord, ResultsDocument, RunMeta, Usage
 from pytest_orbench.report import (
     drift_lines,
     gate_lines,
@@ -27,9 +29,20 @@ from pytest_orbench.report import (
     terminal_lines,
     xfail_line,
 )
+from pytest_orbench.settings import Settings
 
-if TYPE_CHECKING:
-    from pytest_orbench.session import OrbenchPlugin
+
+class Run(Protocol):
+    """What the results ask of the run (session.OrbenchPlugin)."""
+
+    settings: Settings
+    judge: Judge
+    datasets: list[Dataset]
+    baseline: BaselineDocument | None
+    started: float
+    progress: ProgressDisplay
+
+    def run_meta(self, config: int = 0) -> RunMeta: ...
 
 
 def _spend(paid: list[tuple[float | None, Usage | None]]) -> dict[str, Any]:
@@ -70,7 +83,7 @@ def base_record(record: PromptRecord) -> PromptRecord:
 class RunResults:
     """Collects the records of the prompt tests and turns them into the run's results."""
 
-    def __init__(self, plugin: OrbenchPlugin) -> None:
+    def __init__(self, plugin: Run) -> None:
         self.plugin = plugin
         self.settings = plugin.settings
         self.records: dict[str, PromptRecord] = {}

@@ -217,53 +217,19 @@ class OrbenchPlugin:
             self._begin([r for i in ids if i in self._requests for r in self._requests[i].all])
 
     def estimate(self, requests: list[Request]) -> list[Part]:
-        """What the calls for these requests would cost (see estimate.py); store hits cost nothing."""
-        from pytest_orbench.estimate import endpoint_part, judge_part
-        from pytest_orbench.judge_calls import reply_text
+        """What the calls for these requests would cost (estimate.py); store hits cost nothing."""
+        from pytest_orbench.estimate import plan_parts
 
-        s = self.settings
-        plan = self.coordinator.preview(requests)
-        parts = []
-        for config, what in ((0, "endpoint"), (1, "live base")):
-            c = s if config == 0 else s.base
-            texts = [r.text for r in plan.misses if r.config == config]
-            if c is None or not texts:
-                continue
-            if c.target is not None:
-                parts.append(Part(what, f"target:{c.target}", len(texts), 0, 0, None))
-                continue
-            assert c.model is not None
-            parts.append(endpoint_part(what, c.model, c.system_prompt, texts, s.estimate_output_tokens,
-                                       {**c.litellm_kwargs}))
-        if self.judge.llm is not None and s.judge_spec is not None:
-            questions: list[tuple[str, str | None]] = [(r.text, None) for r in plan.misses]
-            questions += [(r.text, reply_text(plan.stored[r.key]))
-                          for r in plan.unjudged]
-            if questions:
-                parts.append(judge_part(s.judge_spec.model, questions, s.estimate_output_tokens,
-                                        self.judge.id == "hybrid", s.judge_spec.call_kwargs))
-        return parts
+        return plan_parts(self.settings, self.judge, self.coordinator.preview(requests))
 
     def _check_max_cost(self, requests: list[Request]) -> None:
         """Refuse to start when the run's estimate (every prompt of the run, before -k deselection) is over
         --orbench-max-cost, or has no known price."""
-        from pytest_orbench.estimate import lines, total, usd
+        from pytest_orbench.estimate import over_limit
 
-        s = self.settings
-        assert s.max_cost is not None
-        parts = self.estimate(requests)
-        cost = total(parts)
-        detail = "\n".join(lines(parts, s.estimate_output_tokens))
-        if cost is None:
-            unpriced = ", ".join(sorted({p.model for p in parts if p.cost is None}))
-            raise pytest.UsageError(
-                f"pytest-orbench: --orbench-max-cost {usd(s.max_cost)} needs a price, and litellm has none for "
-                f"{unpriced}: set input_cost_per_token and output_cost_per_token (USD) in litellm_kwargs, or drop "
-                f"the limit\n{detail}")
-        if cost > s.max_cost:
-            raise pytest.UsageError(
-                f"pytest-orbench: this run would cost about {usd(cost)}, over --orbench-max-cost {usd(s.max_cost)}; "
-                f"nothing was called. Sample (--orbench-sample), select fewer prompts, or raise the limit\n{detail}")
+        problem = over_limit(self.settings, self.estimate(requests))
+        if problem is not None:
+            raise pytest.UsageError(f"pytest-orbench: {problem}")
 
     def _begin(self, requests: list[Request]) -> None:
         self._begun = True

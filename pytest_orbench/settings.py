@@ -3,7 +3,7 @@
 Longer than most modules (~460 lines) for one reason: every check that can stop a run before any call
 (keys, types, datasets, API keys, literal secrets, the target, the judge, the live base) lives here
 with its own message naming the fix, so that nothing else has to re-check a setting. The option table
-is options.py; endpoint facts (providers, keys, secrets) are spec.py.
+is options.py; endpoint facts (providers, secrets) are spec.py, and the API key check is client.api_key_for.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
+from pytest_orbench.client import api_key_for
 from pytest_orbench.dataset import BUILTINS, DatasetError, DatasetSpec, parse_spec, spec_from_mapping
 from pytest_orbench.gate import GateConfig, GateConfigError, parse_gate
 from pytest_orbench.options import BY_KEY, MAX_TRIALS, OPTIONS, Option, parse_age
-from pytest_orbench.spec import ModelSpec, api_key_for, public_kwargs, secret_problem
+from pytest_orbench.spec import ModelSpec, public_kwargs, secret_problem
 
 
 @dataclass(frozen=True)

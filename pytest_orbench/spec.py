@@ -162,38 +162,6 @@ def literal_secrets(value: Any, where: str) -> list[str]:
     return found
 
 
-def api_key_for(model: str, api_base: str | None, api_key_env: str | None, *, what: str = "model",
-                key_flag: str = "--orbench-api-key-env / api_key_env") -> str | None:
-    """The key to send, or None to let litellm read the provider's variable; ValueError if missing,
-    or if the model string names no provider litellm knows (every call would fail)."""
-    provider = provider_of(model)
-    if provider not in PROVIDER_KEYS:
-        from pytest_orbench.client import provider_problem  # imports litellm: only for providers we don't know
-
-        problem = provider_problem(model)
-        if problem:
-            raise ValueError(f"{what} {model!r}: {problem}")
-    if api_key_env:
-        key = os.environ.get(api_key_env)
-        if not key:
-            raise ValueError(f"{key_flag} names ${api_key_env}, which is not set: export {api_key_env}=... before running")
-        return key
-    if provider in PROVIDER_KEYS:
-        needed = PROVIDER_KEYS[provider]
-        missing = [needed] if needed and not os.environ.get(needed) else []
-    else:
-        from pytest_orbench.client import missing_keys  # imports litellm: only for providers we don't know
-
-        missing = missing_keys(model)
-    if missing:
-        local = " (any non-empty value works for a local server that ignores keys)" if api_base else ""
-        raise ValueError(
-            f"no API key for {what} {model!r}: set {' and '.join(missing)}{local}, "
-            f"or name another variable with {key_flag}"
-        )
-    return None
-
-
 def secret_problem(kwargs: dict[str, Any], where: str, key_setting: str, check_env: bool = True) -> str | None:
     """What is wrong with the credentials in litellm kwargs, with the fix (None: nothing). Literal
     credentials anywhere in nested kwargs are refused, showing the `{env: VAR}` form; `{env: VAR}`
