@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 import yaml
 
-from pytest_orbench.client import api_key_for
 from pytest_orbench.dataset import BUILTINS, DatasetError, DatasetSpec, parse_spec, spec_from_mapping
 from pytest_orbench.gate import GateConfig, GateConfigError, parse_gate
 from pytest_orbench.options import BY_KEY, MAX_TRIALS, OPTIONS, Option, parse_age
@@ -211,6 +210,8 @@ def _api_key(values: dict[str, Any]) -> str | None:
     if values["target"] or values["offline"]:
         return None
     try:
+        from pytest_orbench.client import api_key_for  # client only when the plugin is enabled
+
         return api_key_for(values["model"], values["api_base"], values["api_key_env"])
     except ValueError as exc:
         raise _fail(str(exc)) from None
@@ -256,6 +257,8 @@ def _judge(values: dict[str, Any]) -> ModelSpec | None:
         key = None
         if not values["offline"]:
             try:
+                from pytest_orbench.client import api_key_for
+
                 key = api_key_for(values["judge_model"], values["judge_api_base"], values["judge_api_key_env"],
                                   what="judge model", key_flag="--orbench-judge-api-key-env / judge_api_key_env")
             except ValueError as exc:
@@ -473,6 +476,8 @@ def _base(values: dict[str, Any], bases: dict[str, Path], head: Settings) -> Set
     api_key = head.api_key if same_key else None
     if not head.offline and not same_key:
         try:
+            from pytest_orbench.client import api_key_for
+
             api_key = api_key_for(model, api_base, api_key_env, what="base model",
                                   key_flag="base.api_key_env")
         except ValueError as exc:
