@@ -33,7 +33,8 @@ def _mock_server(args: argparse.Namespace) -> int:
         empty_rate=args.empty_rate, noise=args.noise, ambiguous_rate=args.ambiguous_rate,
         judge_unscored_rate=args.judge_unscored_rate, gen_toxic_share=args.gen_toxic_share,
         gen_duplicate_rate=args.gen_duplicate_rate, gen_moderator_flip=args.gen_moderator_flip,
-        gen_unparseable_rate=args.gen_unparseable_rate,
+        gen_unparseable_rate=args.gen_unparseable_rate, batch_polls=args.batch_polls,
+        batch_fail_rate=args.batch_fail_rate, batch_expire_share=args.batch_expire_share,
         served_model=defaults.served_model if args.served_model is None else args.served_model,
         system_fingerprint=(defaults.system_fingerprint if args.system_fingerprint is None
                             else args.system_fingerprint or None),
@@ -271,6 +272,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="as a rewriter: share of seeds whose last rewrite copies the first")
     mock.add_argument("--gen-moderator-flip", type=float, default=0.1, help="as a moderator: chance of the wrong label")
     mock.add_argument("--gen-unparseable-rate", type=float, default=0.05, help="as a moderator: share of votes without [[label]]")
+    mock.add_argument("--batch-polls", type=int, default=3,
+                      help="Batch API: retrievals of a batch until it is done (validating, in_progress, completed)")
+    mock.add_argument("--batch-fail-rate", type=float, default=0.0,
+                      help="Batch API: share of batch requests that fail (listed in the error file)")
+    mock.add_argument("--batch-expire-share", type=float, default=None,
+                      help="Batch API: batches expire with only this share of their requests done")
     mock.add_argument("--require-header", help="a header every request must carry (with --require-header-env)")
     mock.add_argument("--require-header-env", help="environment variable holding that header's expected value")
     mock.add_argument("--served-model", default=None,

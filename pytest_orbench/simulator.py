@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from pytest_orbench.generate_text import CATEGORY_FIELD, COUNT_FIELD, PROMPT_QUOTE, SEED_QUOTE
+from pytest_orbench.simulator_batch import BatchError, Batches
 from pytest_orbench.simulator_roles import (
     DEFAULT_STRICTNESS,
     between,
@@ -59,6 +60,9 @@ class MockConfig:
     gen_duplicate_rate: float = 0.25  # rewriter: share of seeds whose last rewrite copies the first
     gen_moderator_flip: float = 0.1  # moderator: chance per prompt and model of the wrong label
     gen_unparseable_rate: float = 0.05  # moderator: share of votes without a [[label]]
+    batch_polls: int = 3  # retrievals of a batch until it is done (validating, in_progress, ...)
+    batch_fail_rate: float = 0.0  # share of batch requests that fail (error file, status 500)
+    batch_expire_share: float | None = None  # set: batches expire with only this share of their requests done
     model_name: str = "orbench-mock"
     # What the "provider" says served each reply: a dated version behind the alias, and a backend
     # fingerprint. Change them (and the behaviour) to play a provider updating a model in place.
@@ -87,6 +91,7 @@ class MockState:
         self.generate: Counter[str] = Counter()  # seeds, rewrites, toxic_rewrites, duplicate_rewrites
         self.votes: dict[str, dict[str, str | None]] = {}  # sha256 of a moderated prompt -> model -> label
         self.answers: dict[str, dict[str, str]] = {}  # sha256 of a prompt -> model -> decision
+        self.batches: Batches | None = None  # the Files and Batch endpoints' state (set by the handler)
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
@@ -105,12 +110,20 @@ class MockState:
                 "generate": dict(self.generate),
                 "votes": {k: dict(v) for k, v in self.votes.items()},
                 "answers": {k: dict(v) for k, v in self.answers.items()},
+                "batches_created": self.batches.created if self.batches else 0,
+                "batch_requests_answered": self.batches.answered if self.batches else 0,
             }
 
 
 def make_handler(config: MockConfig, state: MockState) -> type[BaseHTTPRequestHandler]:
+    def batches() -> Batches:
+        if state.batches is None:  # (again after /stats/reset)
+            state.batches = Batches(config.batch_polls, config.batch_fail_rate, config.batch_expire_share)
+        return state.batches
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        _sink: list[tuple[int, Any]] | None = None  # set while answering a batch line: replies are kept, not sent
 
         def log_message(self, format: str, *args: Any) -> None:  # quiet: tests read /stats instead
             pass
@@ -131,9 +144,74 @@ def make_handler(config: MockConfig, state: MockState) -> type[BaseHTTPRequestHa
             self.wfile.write(body)
 
         def _json(self, status: int, data: Any, headers: dict[str, str] | None = None) -> None:
+            if self._sink is not None:
+                self._sink.append((status, data))
+                return
             self._send(status, json.dumps(data).encode(), headers)
 
+        def _authorized(self) -> bool:
+            if config.api_key is not None and self.headers.get("Authorization") != f"Bearer {config.api_key}":
+                self._json(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error",
+                                           "code": "invalid_api_key"}})
+                return False
+            return True
+
+        def _batch_api(self, method: str, raw: bytes) -> bool:
+            """The Files and Batch endpoints (simulator_batch.py); False: not one of their paths."""
+            parts = self.path.split("?")[0].strip("/").split("/")
+            if parts and parts[0] == "v1":
+                parts = parts[1:]
+            if not parts or parts[0] not in ("files", "batches"):
+                return False
+            if not self._authorized():
+                return True
+            try:
+                if parts == ["files"] and method == "POST":
+                    self._json(200, batches().upload(self.headers.get("Content-Type", ""), raw))
+                elif parts[0] == "files" and len(parts) == 2 and method == "GET":
+                    self._json(200, batches().file(parts[1]))
+                elif parts[0] == "files" and len(parts) == 3 and parts[2] == "content" and method == "GET":
+                    body = batches().file_content(parts[1])
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/octet-stream")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                elif parts == ["batches"] and method == "POST":
+                    self._json(200, batches().create(json.loads(raw or b"{}")))
+                elif parts[0] == "batches" and len(parts) == 2 and method == "GET":
+                    self._json(200, batches().retrieve(parts[1], self._answer_line))
+                elif parts[0] == "batches" and len(parts) == 3 and parts[2] == "cancel" and method == "POST":
+                    self._json(200, batches().cancel(parts[1]))
+                else:
+                    self._json(404, {"error": {"message": f"no route {method} {self.path}"}})
+            except BatchError as exc:
+                self._json(exc.status, {"error": {"message": str(exc), "type": "invalid_request_error"}})
+            except ValueError:
+                self._json(400, {"error": {"message": "the request body is not JSON", "type": "invalid_request_error"}})
+            return True
+
+        def _answer_line(self, body: dict[str, Any]) -> tuple[int, Any]:
+            """One batch line, answered as a synchronous call would be (faults and latency aside)."""
+            try:
+                messages = body["messages"]
+                prompt = next(m["content"] for m in reversed(messages) if m["role"] == "user")
+            except (KeyError, StopIteration, TypeError):
+                return 400, {"error": {"message": "expected a chat completion request with a user message"}}
+            system = next((m["content"] for m in messages if m["role"] == "system"), None)
+            with state.lock:
+                state.completions += 1
+                state.by_prompt[hashlib.sha256(prompt.encode("utf-8")).hexdigest()] += 1
+            self._sink = []
+            try:
+                self._answer(prompt, system, body)
+                return self._sink[0]
+            finally:
+                self._sink = None
+
         def do_GET(self) -> None:
+            if self._batch_api("GET", b""):
+                return
             if self.path.rstrip("/") in ("/stats", "/v1/stats"):
                 self._json(200, state.snapshot())
             elif self.path.rstrip("/") in ("/health", "/v1/health"):
@@ -150,6 +228,8 @@ def make_handler(config: MockConfig, state: MockState) -> type[BaseHTTPRequestHa
                 with state.lock:
                     state.__init__()  # type: ignore[misc]
                 self._json(200, {"reset": True})
+                return
+            if self._batch_api("POST", raw):
                 return
             if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
                 self._json(404, {"error": {"message": f"no route {self.path}"}})
@@ -168,8 +248,7 @@ def make_handler(config: MockConfig, state: MockState) -> type[BaseHTTPRequestHa
                     state.last_reply_at = time.time()
 
         def _complete(self, raw: bytes) -> None:
-            if config.api_key is not None and self.headers.get("Authorization") != f"Bearer {config.api_key}":
-                self._json(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error", "code": "invalid_api_key"}})
+            if not self._authorized():
                 return
             if config.required_header is not None:
                 name, value = config.required_header
