@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import gc
+import inspect
 import json
 import warnings
 from collections.abc import Callable, Iterator
@@ -19,11 +20,18 @@ from tests.conftest import stats
 
 @pytest.fixture(autouse=True)
 def _collect_litellm_clients() -> Iterator[None]:
-    """litellm's file and batch calls leave their HTTP clients to the garbage collector: collect them
-    here, where an unclosed socket is expected, not at the end of the session."""
+    """litellm keeps the HTTP clients of its file and batch calls in a cache and leaves them to the
+    garbage collector: close and collect them here, not in whichever test runs next (where an unclosed
+    socket is an error under filterwarnings=error)."""
     yield
+    cache = _import_litellm().in_memory_llm_clients_cache
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)
+        for client in list(cache.cache_dict.values()):  # the OpenAI SDK clients litellm keeps for these calls
+            close = getattr(client, "close", None)
+            if callable(close) and not inspect.iscoroutinefunction(close):
+                close()
+        cache.flush_cache()
         gc.collect()
 
 
