@@ -93,17 +93,14 @@ class Coordinator:
         self.on_wait: Callable[[], None] | None = None
 
     # -- the fetching process --------------------------------------------------------------
-    def early(self, requests: list[Request]) -> None:
+    def early(self, requests: list[Request], plan: Plan | None = None) -> None:
         """At configure: when any prompt may need a litellm call, start the fetch child now, so its
-        Python and litellm start while pytest collects (-k may still deselect those prompts)."""
+        Python and litellm start while pytest collects (-k may still deselect those prompts). `plan`:
+        `preview(requests)`, when the caller has it already."""
         s = self.settings
         if not self.fetches or s.offline or s.target is not None or not requests:
             return
-        store = Store(s.store)
-        try:
-            plan = make_plan(store, self.judge, requests, s.store_max_age)
-        finally:
-            store.close()
+        plan = plan or self.preview(requests)
         if plan.misses or plan.unjudged:
             from pytest_orbench.fetchproc import FetchChild
 

@@ -120,21 +120,20 @@ def lines(parts: list[Part], output_tokens: int) -> list[str]:
     for p in parts:
         bound = "at most " if p.at_most else ""
         where = f", priced from {p.price.source}" if p.price else ""
-        sync_text = bound + usd(p.cost) if p.cost is not None else usd(None)
-        batch_text = bound + usd(p.batch_cost) if p.batch_cost is not None else _batch(p)
         out.append(f"  {p.what} {p.model}: {bound}{p.calls:,} calls, {p.input_tokens:,} input + {p.output_tokens:,} "
-                   f"output tokens; synchronous {sync_text}, batch {batch_text}{where}")
+                   f"output tokens; synchronous {_amount(p.cost, bound, False)}, "
+                   f"batch {_amount(p.batch_cost, bound, p.price is not None)}{where}")
     sync, batch = total(parts), total(parts, batch=True)
     bound = "at most " if any(p.at_most for p in parts) else ""
-    batch_text = ("not listed" if sync is not None else usd(None)) if batch is None else bound + usd(batch)
-    out.append(f"  total: synchronous {bound if sync is not None else ''}{usd(sync)}, batch {batch_text}")
+    out.append(f"  total: synchronous {_amount(sync, bound, False)}, batch {_amount(batch, bound, sync is not None)}")
     return out
 
 
-def _batch(part: Part) -> str:
-    if part.price is not None and part.batch_cost is None:
-        return "not listed"
-    return usd(part.batch_cost)
+def _amount(value: float | None, bound: str, priced: bool) -> str:
+    """A cost as shown; a missing one is "not listed" where the model has a price (batch), else unknown."""
+    if value is not None:
+        return bound + usd(value)
+    return "not listed" if priced else usd(None)
 
 
 def plan_parts(settings: Settings, judge: Judge, plan: Plan) -> list[Part]:

@@ -171,7 +171,7 @@ def _run_shard(work: dict[str, Any], shard: int, shards: int, wait_for_stop: Any
                others: list[threading.Thread] | None = None) -> int:
     import asyncio
 
-    from pytest_orbench.client import LiteLLMCaller
+    from pytest_orbench.client import make_caller
     from pytest_orbench.fetcher import FetchLoop
     from pytest_orbench.judge import make_judge
     from pytest_orbench.judge_calls import judge_stage
@@ -182,7 +182,8 @@ def _run_shard(work: dict[str, Any], shard: int, shards: int, wait_for_stop: Any
     judge = make_judge(work["judge"], work["judge_spec"]) if work["judge_spec"] is not None else None
     stage = judge_stage(judge, store, work["retries"], work["max_age"]) if judge is not None else None
     configs = work["configs"]
-    loop = FetchLoop(store, lambda config: LiteLLMCaller(*configs[config]), run_id=work["run_id"],
+    loop = FetchLoop(store, lambda config: make_caller(configs[config][1], spec=configs[config][0]),
+                     run_id=work["run_id"],
                      concurrency=concurrency, retries=work["retries"], judge=judge, judge_stage=stage,
                      shard=shard, shards=shards,
                      max_cost=None if work["max_cost"] is None else work["max_cost"] / shards)

@@ -66,7 +66,7 @@ class Costs(TypedDict):
     judge_usage: Usage | None
 
 
-class PromptRecord(Combined):
+class PromptRecord(Combined, Costs):
     """One prompt test's result, as in the results file's `prompts` list."""
 
     id: str
@@ -80,12 +80,6 @@ class PromptRecord(Combined):
     fetched: bool
     calls_made: int
     calls_stored: int
-    cost: float | None
-    usage: Usage | None
-    judge_llm: bool
-    judge_fetched: bool
-    judge_cost: float | None
-    judge_usage: Usage | None
     finish_reason: NotRequired[str | None]
     served_model: NotRequired[str | None]
     system_fingerprint: NotRequired[str | None]

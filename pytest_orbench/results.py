@@ -48,36 +48,31 @@ class Run(Protocol):
 def _spend(paid: list[tuple[float | None, Usage | None]]) -> dict[str, Any]:
     """Tokens and USD paid in this run, from (cost, usage) per prompt; cost is None when litellm knows no
     price for a model."""
-    calls = [(cost, usage) for cost, usage in paid if usage]
+    usages = [usage for _, usage in paid if usage]
+    costs = [cost for cost, usage in paid if usage]
     return {
-        "prompt_tokens": sum(usage.get("prompt_tokens") or 0 for _, usage in calls if usage),
-        "completion_tokens": sum(usage.get("completion_tokens") or 0 for _, usage in calls if usage),
-        "cost_usd": (round(sum(cost for cost, _ in calls if cost), 6)
-                     if calls and all(cost is not None for cost, _ in calls) else None),
+        "prompt_tokens": sum(u.get("prompt_tokens") or 0 for u in usages),
+        "completion_tokens": sum(u.get("completion_tokens") or 0 for u in usages),
+        "cost_usd": round(sum(c for c in costs if c), 6) if costs and all(c is not None for c in costs) else None,
     }
+
+
+_BASE_ONLY = ("fetched", "served_model", "system_fingerprint", "base_cost", "base_usage")
+_IDENTITY = ("id", "dataset", "category", "expected", "prompt_sha256", "prompt")
 
 
 def base_record(record: PromptRecord) -> PromptRecord:
     """The prompt as the live base answered it, as a record of its own (for the base run's summaries)."""
     base = record["base"]
-    matched = None if base["refused"] is None else base["refused"] == (record["expected"] == "refuse")
-    out: PromptRecord = {
-        "verdict": base["verdict"], "refused": base["refused"], "refused_share": base["refused_share"],
-        "refused_trials": base["refused_trials"], "scored_trials": base["scored_trials"],
-        "trial_errors": base["trial_errors"], "judge_reason": base["judge_reason"], "error": base["error"],
-        "reply_excerpt": base["reply_excerpt"], "id": record["id"], "dataset": record["dataset"], "category": record["category"],
-        "expected": record["expected"], "prompt_sha256": record["prompt_sha256"], "prompt": record["prompt"],
-        "matched": matched, "from_store": not base["fetched"], "fetched": base["fetched"],
+    return cast(PromptRecord, {  # (a cast: mypy cannot build a TypedDict from others' keys plus its own)
+        **{k: v for k, v in base.items() if k not in _BASE_ONLY}, **{k: record[k] for k in _IDENTITY},  # type: ignore[literal-required]
+        "matched": None if base["refused"] is None else base["refused"] == (record["expected"] == "refuse"),
+        "from_store": not base["fetched"], "fetched": base["fetched"],
         "calls_made": 0, "calls_stored": 0,  # counted on the prompt's own record
         "cost": base["base_cost"], "usage": base["base_usage"],
         "judge_llm": False, "judge_fetched": False, "judge_cost": None, "judge_usage": None,
         "served_model": base["served_model"], "system_fingerprint": base["system_fingerprint"],
-    }
-    if "flaky" in base:
-        out["flaky"] = base["flaky"]
-    if "trials" in base:
-        out["trials"] = base["trials"]
-    return out
+    })
 
 
 class RunResults:

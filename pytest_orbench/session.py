@@ -13,9 +13,8 @@ from typing import Any, cast
 import pytest
 
 from pytest_orbench.baseline import BaselineError, check_comparable, load_baseline
-from pytest_orbench.coordinator import Coordinator, Request
+from pytest_orbench.coordinator import Coordinator, Plan, Request
 from pytest_orbench.dataset import Dataset, DatasetError, Prompt, default_cache_dir, load_dataset, stratified_sample
-from pytest_orbench.estimate import Part
 from pytest_orbench.fetcher import Outcome
 from pytest_orbench.items import DatasetNode, PromptItem, Requests, item_name
 from pytest_orbench.judge import Judgement, Verdict, make_judge
@@ -71,15 +70,17 @@ class OrbenchPlugin:
         self.progress = ProgressDisplay(config, self.coordinator.progress, settings.progress_every)
         if not self.is_worker:
             self.coordinator.on_wait = self.progress.waiting
-        if not self.is_worker:  # the records come to the controller in the test reports
+            # The records come to the controller in the test reports.
             config.pluginmanager.register(RunResults(self), "orbench-results")
         self._requests = {self.nodeid(d, p): self.requests(p) for d in self.datasets for p in d.prompts}
         self._begun = False
         if not config.option.collectonly and not settings.estimate:
             every = [r for item in self._requests.values() for r in item.all]
+            plan = None
             if settings.max_cost is not None and not self.is_worker:
-                self._check_max_cost(every)
-            self.coordinator.early(every)
+                plan = self.coordinator.preview(every)  # one read of the store for the check and the early start
+                self._check_max_cost(plan)
+            self.coordinator.early(every, plan)
 
     def _load_datasets(self) -> list[Dataset]:
         loaded = []
@@ -216,28 +217,23 @@ class OrbenchPlugin:
         if not self._begun and not self.config.option.collectonly:
             self._begin([r for i in ids if i in self._requests for r in self._requests[i].all])
 
-    def estimate(self, requests: list[Request]) -> list[Part]:
-        """What the calls for these requests would cost (estimate.py); store hits cost nothing."""
-        from pytest_orbench.estimate import plan_parts
-
-        return plan_parts(self.settings, self.judge, self.coordinator.preview(requests))
-
-    def _check_max_cost(self, requests: list[Request]) -> None:
+    def _check_max_cost(self, plan: Plan) -> None:
         """Refuse to start when the run's estimate (every prompt of the run, before -k deselection) is over
         --orbench-max-cost, or has no known price."""
-        from pytest_orbench.estimate import over_limit
+        from pytest_orbench.estimate import over_limit, plan_parts
 
-        problem = over_limit(self.settings, self.estimate(requests))
+        problem = over_limit(self.settings, plan_parts(self.settings, self.judge, plan))
         if problem is not None:
             raise pytest.UsageError(f"pytest-orbench: {problem}")
 
     def _begin(self, requests: list[Request]) -> None:
         self._begun = True
         if self.settings.estimate:
-            from pytest_orbench.estimate import lines
+            from pytest_orbench.estimate import lines, plan_parts
 
+            parts = plan_parts(self.settings, self.judge, self.coordinator.preview(requests))
             terminal = self.config.pluginmanager.get_plugin("terminalreporter")
-            for text in lines(self.estimate(requests), self.settings.estimate_output_tokens):
+            for text in lines(parts, self.settings.estimate_output_tokens):
                 if terminal is not None:
                     terminal.write_line(text)
             self.coordinator.stop()
@@ -263,15 +259,12 @@ class OrbenchPlugin:
     # -- judging ----------------------------------------------------------------------------
     def error_record(self, item: PromptItem, error: str, outcomes: list[Outcome] | None = None) -> PromptRecord:
         outcomes = outcomes or []
-        p, costs = item.prompt, self._costs(outcomes)
-        return {"id": p.id, "dataset": p.dataset, "category": p.category, "expected": p.expected,
-                "prompt_sha256": p.prompt_sha256, "prompt": p.text, "verdict": Verdict.ERROR.value, "refused": None,
-                "matched": None, "refused_share": None, "refused_trials": 0, "scored_trials": 0,
-                "trial_errors": len(outcomes), "judge_reason": "", "error": error, "from_store": False,
-                "fetched": any(o.fetched for o in outcomes), "reply_excerpt": "", "cost": costs["cost"],
-                "usage": costs["usage"], "judge_llm": costs["judge_llm"], "judge_fetched": costs["judge_fetched"],
-                "judge_cost": costs["judge_cost"], "judge_usage": costs["judge_usage"],
-                "calls_made": sum(1 for o in outcomes if o.fetched), "calls_stored": 0}
+        return cast(PromptRecord, {  # (a cast: mypy cannot build a TypedDict from others' keys plus its own)
+            **_identity(item.prompt), "verdict": Verdict.ERROR.value, "refused": None, "matched": None,
+            "refused_share": None, "refused_trials": 0, "scored_trials": 0, "trial_errors": len(outcomes),
+            "judge_reason": "", "error": error, "from_store": False, "fetched": any(o.fetched for o in outcomes),
+            "reply_excerpt": "", **self._costs(outcomes), "calls_made": sum(1 for o in outcomes if o.fetched),
+            "calls_stored": 0})
 
     @staticmethod
     def _costs(outcomes: list[Outcome]) -> Costs:
@@ -356,11 +349,8 @@ class OrbenchPlugin:
         refused = combined["refused"]
         matched = None if refused is None else refused == (item.prompt.expected == "refuse")
         fetched = any(o.fetched for o in outcomes)
-        p = item.prompt
-        # (a cast: mypy cannot build a TypedDict from other TypedDicts' keys plus its own)
         record = cast(PromptRecord, {
-            "id": p.id, "dataset": p.dataset, "category": p.category, "expected": p.expected,
-            "prompt_sha256": p.prompt_sha256, "prompt": p.text, **combined, "matched": matched,
+            **_identity(item.prompt), **combined, "matched": matched,
             "from_store": not fetched, "fetched": fetched,
             "finish_reason": reply.get("finish_reason"),
             "served_model": reply.get("model"), "system_fingerprint": reply.get("system_fingerprint"),
@@ -377,6 +367,12 @@ class OrbenchPlugin:
                 "system_fingerprint": base_reply.get("system_fingerprint"), "base_cost": costs["cost"],
                 "base_usage": costs["usage"]})
         return record
+
+
+def _identity(p: Prompt) -> dict[str, str]:
+    """The fields that name a prompt in its record."""
+    return {"id": p.id, "dataset": p.dataset, "category": p.category, "expected": p.expected,
+            "prompt_sha256": p.prompt_sha256, "prompt": p.text}
 
 
 def _trial_verdict(trial: dict[str, Any]) -> TrialVerdict:

@@ -206,13 +206,18 @@ def _datasets(value: Any, base: Path) -> tuple[DatasetSpec, ...]:
     return tuple(specs)
 
 
+def _api_key_for(model: str, api_base: str | None, api_key_env: str | None, **kwargs: str) -> str | None:
+    """client.api_key_for, imported when a run is built: a disabled plugin never imports the client."""
+    from pytest_orbench.client import api_key_for
+
+    return api_key_for(model, api_base, api_key_env, **kwargs)
+
+
 def _api_key(values: dict[str, Any]) -> str | None:
     if values["target"] or values["offline"]:
         return None
     try:
-        from pytest_orbench.client import api_key_for  # client only when the plugin is enabled
-
-        return api_key_for(values["model"], values["api_base"], values["api_key_env"])
+        return _api_key_for(values["model"], values["api_base"], values["api_key_env"])
     except ValueError as exc:
         raise _fail(str(exc)) from None
 
@@ -257,9 +262,7 @@ def _judge(values: dict[str, Any]) -> ModelSpec | None:
         key = None
         if not values["offline"]:
             try:
-                from pytest_orbench.client import api_key_for
-
-                key = api_key_for(values["judge_model"], values["judge_api_base"], values["judge_api_key_env"],
+                key = _api_key_for(values["judge_model"], values["judge_api_base"], values["judge_api_key_env"],
                                   what="judge model", key_flag="--orbench-judge-api-key-env / judge_api_key_env")
             except ValueError as exc:
                 raise _fail(str(exc)) from None
@@ -476,9 +479,7 @@ def _base(values: dict[str, Any], bases: dict[str, Path], head: Settings) -> Set
     api_key = head.api_key if same_key else None
     if not head.offline and not same_key:
         try:
-            from pytest_orbench.client import api_key_for
-
-            api_key = api_key_for(model, api_base, api_key_env, what="base model",
+            api_key = _api_key_for(model, api_base, api_key_env, what="base model",
                                   key_flag="base.api_key_env")
         except ValueError as exc:
             raise _fail(str(exc)) from None

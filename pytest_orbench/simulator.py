@@ -134,9 +134,10 @@ def make_handler(config: MockConfig, state: MockState) -> type[BaseHTTPRequestHa
             # client's delayed ACK of the headers (~40 ms a reply). Real servers (uvicorn, nginx) set this too.
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-        def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None,
+                  content_type: str = "application/json") -> None:
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             for name, value in (headers or {}).items():
                 self.send_header(name, value)
@@ -171,12 +172,7 @@ def make_handler(config: MockConfig, state: MockState) -> type[BaseHTTPRequestHa
                 elif parts[0] == "files" and len(parts) == 2 and method == "GET":
                     self._json(200, batches().file(parts[1]))
                 elif parts[0] == "files" and len(parts) == 3 and parts[2] == "content" and method == "GET":
-                    body = batches().file_content(parts[1])
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/octet-stream")
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
+                    self._send(200, batches().file_content(parts[1]), content_type="application/octet-stream")
                 elif parts == ["batches"] and method == "POST":
                     self._json(200, batches().create(json.loads(raw or b"{}")))
                 elif parts[0] == "batches" and len(parts) == 2 and method == "GET":

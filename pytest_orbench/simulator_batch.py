@@ -41,6 +41,7 @@ class Batches:
         self.content: dict[str, bytes] = {}
         self.batches: dict[str, dict[str, Any]] = {}
         self.retrievals: dict[str, int] = {}
+        self.requests: dict[str, list[dict[str, Any]]] = {}  # batch id -> its request lines, read when validated
         self.created = 0  # batches created (tests: a resumed run creates none)
         self.answered = 0  # batch request lines answered
 
@@ -111,9 +112,9 @@ class Batches:
             self.retrievals[batch_id] += 1
             polls = self.retrievals[batch_id]
         if batch["status"] == "validating" and polls >= 1:
-            lines = self._lines(batch["input_file_id"])
+            self.requests[batch_id] = self._lines(batch["input_file_id"])
             batch.update(status="in_progress", in_progress_at=int(time.time()))
-            batch["request_counts"]["total"] = len(lines)
+            batch["request_counts"]["total"] = len(self.requests[batch_id])
         if batch["status"] == "in_progress" and polls >= self.polls:
             self._run(batch, answer)
         return batch
@@ -139,7 +140,7 @@ class Batches:
     def _run(self, batch: dict[str, Any], answer: Answer) -> None:
         from pytest_orbench.simulator_roles import unit
 
-        lines = self._lines(batch["input_file_id"])
+        lines = self.requests.pop(batch["id"])
         done = len(lines) if self.expire_share is None else int(len(lines) * self.expire_share)
         output: list[dict[str, Any]] = []
         errors: list[dict[str, Any]] = []

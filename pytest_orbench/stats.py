@@ -141,8 +141,6 @@ def sign_flip_p(differences: list[tuple[int, int, int, int]], seed: int = 0) -> 
     ±|d| coin per prompt, computed exactly. With one trial per prompt every d is -1, 0 or +1 and this
     is exactly the one-sided exact McNemar test: P(Binomial(regressed + improved, 1/2) >= regressed).
     """
-    import math as _math
-
     import numpy as np
 
     nonzero = [(a, k, b, m) for a, k, b, m in differences if a * m != b * k]
@@ -150,8 +148,8 @@ def sign_flip_p(differences: list[tuple[int, int, int, int]], seed: int = 0) -> 
         return 1.0, None
     denominator = 1
     for _, k, _, m in nonzero:
-        denominator = denominator * k // _math.gcd(denominator, k)
-        denominator = denominator * m // _math.gcd(denominator, m)
+        denominator = denominator * k // math.gcd(denominator, k)
+        denominator = denominator * m // math.gcd(denominator, m)
     values = [(a * (denominator // k)) - (b * (denominator // m)) for a, k, b, m in nonzero]
     observed = sum(values)
     magnitudes: dict[int, int] = {}
@@ -178,7 +176,7 @@ def sign_flip_p(differences: list[tuple[int, int, int, int]], seed: int = 0) -> 
         signs = rng.integers(0, 2, size=(min(10_000, MC_DRAWS - start), array.size), dtype=np.int8) * 2 - 1
         hits += int(((signs @ array) >= observed).sum())
     p = (hits + 1) / (MC_DRAWS + 1)
-    return p, _math.sqrt(p * (1 - p) / MC_DRAWS)
+    return p, math.sqrt(p * (1 - p) / MC_DRAWS)
 
 
 def _fft_convolve(a: Any, b: Any) -> Any:
