@@ -35,6 +35,7 @@ def _mock_server(args: argparse.Namespace) -> int:
         gen_duplicate_rate=args.gen_duplicate_rate, gen_moderator_flip=args.gen_moderator_flip,
         gen_unparseable_rate=args.gen_unparseable_rate, batch_polls=args.batch_polls,
         batch_fail_rate=args.batch_fail_rate, batch_expire_share=args.batch_expire_share,
+        batch_expire_count=args.batch_expire_count,
         served_model=defaults.served_model if args.served_model is None else args.served_model,
         system_fingerprint=(defaults.system_fingerprint if args.system_fingerprint is None
                             else args.system_fingerprint or None),
@@ -278,6 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="Batch API: share of batch requests that fail (listed in the error file)")
     mock.add_argument("--batch-expire-share", type=float, default=None,
                       help="Batch API: batches expire with only this share of their requests done")
+    mock.add_argument("--batch-expire-count", type=int, default=None,
+                      help="Batch API: with --batch-expire-share, only the first N batches expire")
     mock.add_argument("--require-header", help="a header every request must carry (with --require-header-env)")
     mock.add_argument("--require-header-env", help="environment variable holding that header's expected value")
     mock.add_argument("--served-model", default=None,

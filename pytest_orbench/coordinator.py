@@ -145,8 +145,10 @@ class Coordinator:
             self.child.dismiss()
         self.jobs = len(pending)
         processes = self.shards if self.shards > 1 else 0
+        pace = (f"through provider batches (polled every {s.batch.poll:g} s, waiting up to {_age(s.batch.wait)})"
+                if s.batch is not None else f"{s.concurrency} at a time")
         action = ("offline: none will be fetched" if s.offline else
-                  f"{len(plan.misses)} to fetch, {s.concurrency} at a time"
+                  f"{len(plan.misses)} to fetch, {pace}"
                   + (f" (from {processes} fetch processes)" if pending and processes else ""))
         judging = f", {len(plan.unjudged)} stored replies to judge" if plan.unjudged and not s.offline else ""
         aged = f" ({plan.stale} stored replies older than {_age(max_age)} are asked again)" if plan.stale else ""
@@ -189,7 +191,7 @@ class Coordinator:
             return
         from pytest_orbench.fetchproc import FetchChild
 
-        self.shards = self._shards(len(jobs))
+        self.shards = 1 if s.batch is not None else self._shards(len(jobs))
         if self.child is None:
             self.child = FetchChild()
         # The child splits the jobs and the concurrency between itself and the processes it forks.
@@ -199,6 +201,7 @@ class Coordinator:
             "configs": [(c.endpoint_spec() if c.model else None, c.system_prompt) for c in self._configs()],
             "max_age": s.store_max_age, "max_cost": s.max_cost, "judge": s.judge if self.judge.llm is not None else None,
             "judge_spec": s.judge_spec if self.judge.llm is not None else None, "jobs": jobs,
+            "batch": None if s.batch is None else vars(s.batch),
         })
 
     def _configs(self) -> list[Settings]:
@@ -248,6 +251,8 @@ class Coordinator:
         state = self.store.run_state(self.run_id)
         if state is None or state["finished"] or not state["total"]:
             return None
+        if state["note"]:  # provider batches: their states say more than a rate
+            return f"orbench: {state['note']}; {state['errors']} errors so far"
         done, total = state["done"], state["total"]
         elapsed = max(1e-6, time.time() - state["started"])
         rate = done / elapsed

@@ -13,23 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pytest_orbench.prices import Price, price_of
+
 if TYPE_CHECKING:
     from pytest_orbench.coordinator import Plan
     from pytest_orbench.judge import Judge
     from pytest_orbench.settings import Settings
 
 JUDGE_OUTPUT_TOKENS = 100  # the judge explains in two or three sentences, then gives the class
-
-
-@dataclass(frozen=True)
-class Price:
-    """USD per token."""
-
-    input: float
-    output: float
-    batch_input: float | None
-    batch_output: float | None
-    source: str  # "litellm_kwargs" | "litellm price table"
 
 
 @dataclass(frozen=True)
@@ -56,25 +47,6 @@ class Part:
         if p is None or p.batch_input is None or p.batch_output is None:
             return None if self.calls else 0.0
         return self.input_tokens * p.batch_input + self.output_tokens * p.batch_output
-
-
-def price_of(model: str, litellm_kwargs: Mapping[str, Any]) -> Price | None:
-    """The model's price per token: custom pricing in litellm_kwargs first, then litellm's table."""
-    custom_in, custom_out = litellm_kwargs.get("input_cost_per_token"), litellm_kwargs.get("output_cost_per_token")
-    if isinstance(custom_in, (int, float)) and isinstance(custom_out, (int, float)):
-        return Price(float(custom_in), float(custom_out), None, None, "litellm_kwargs")
-    from pytest_orbench.client import _import_litellm
-
-    litellm = _import_litellm()
-    try:
-        info = litellm.get_model_info(model)
-    except Exception:  # litellm raises its own exception types for unmapped models
-        return None
-    cost_in, cost_out = info.get("input_cost_per_token"), info.get("output_cost_per_token")
-    if cost_in is None or cost_out is None or (cost_in == 0 and cost_out == 0):
-        return None  # a hosted model the table lists at $0 has no price there, not a free one
-    return Price(float(cost_in), float(cost_out), info.get("input_cost_per_token_batches"),
-                 info.get("output_cost_per_token_batches"), "litellm price table")
 
 
 def count_tokens(model: str, messages: list[dict[str, str]]) -> int:
@@ -105,7 +77,17 @@ def judge_part(model: str, questions: list[tuple[str, str | None]], reply_tokens
 
 def total(parts: list[Part], batch: bool = False) -> float | None:
     """USD for every part; None when a part with calls has no known price."""
-    costs = [p.batch_cost if batch else p.cost for p in parts]
+    return _sum([p.batch_cost if batch else p.cost for p in parts])
+
+
+def run_cost(parts: list[Part], batch: bool) -> float | None:
+    """What the run would be charged: with --orbench-batch, the endpoint's batch price (its synchronous
+    price where no batch price is listed: an upper bound) and the judge's synchronous one (judge calls
+    are not batched); None when a part with calls has no known price."""
+    return _sum([p.cost if not batch or p.what == "judge" or p.batch_cost is None else p.batch_cost for p in parts])
+
+
+def _sum(costs: list[float | None]) -> float | None:
     return None if any(c is None for c in costs) else sum(c for c in costs if c is not None)
 
 
@@ -164,13 +146,14 @@ def plan_parts(settings: Settings, judge: Judge, plan: Plan) -> list[Part]:
 def over_limit(settings: Settings, parts: list[Part]) -> str | None:
     """Why a run may not start under --orbench-max-cost (None: it may), with the estimate."""
     assert settings.max_cost is not None
-    cost = total(parts)
+    batch = settings.batch is not None
+    cost = run_cost(parts, batch)
     detail = "\n".join(lines(parts, settings.estimate_output_tokens))
     if cost is None:
         unpriced = ", ".join(sorted({p.model for p in parts if p.cost is None}))
         return (f"--orbench-max-cost {usd(settings.max_cost)} needs a price, and litellm has none for {unpriced}: set "
                 f"input_cost_per_token and output_cost_per_token (USD) in litellm_kwargs, or drop the limit\n{detail}")
     if cost > settings.max_cost:
-        return (f"this run would cost about {usd(cost)}, over --orbench-max-cost {usd(settings.max_cost)}; nothing was "
+        return (f"this run would cost about {usd(cost)}{' (batch prices)' if batch else ''}, over --orbench-max-cost {usd(settings.max_cost)}; nothing was "
                 f"called. Sample (--orbench-sample), select fewer prompts, or raise the limit\n{detail}")
     return None

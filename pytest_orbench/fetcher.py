@@ -15,8 +15,8 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
 from pytest_orbench.client import Caller, EndpointError, call_with_retries
 from pytest_orbench.judge import Judge
@@ -36,6 +36,13 @@ class Job:
     index: int
     record: dict[str, Any] | None = None  # the stored reply, when only its LLM judgement is missing
     config: int = 0  # which configuration asks it: 0 the one under test, 1 the live base
+    fetched: bool = False  # `record` was paid for in this run (a provider batch's reply, judged next)
+
+
+class Batcher(Protocol):
+    """Asks the jobs through provider batches (batch.BatchPhase), handing each outcome to the loop."""
+
+    async def run(self, jobs: list[Job], stop: asyncio.Event, sink: Any) -> None: ...
 
 
 @dataclass
@@ -55,10 +62,12 @@ class FetchLoop:
 
     def __init__(self, store: Store, make_caller: Callable[[int], Caller], *, run_id: str, concurrency: int,
                  retries: int, judge: Judge | None = None, judge_stage: JudgeStage | None = None,
-                 shard: int = 0, shards: int = 1, max_cost: float | None = None) -> None:
+                 shard: int = 0, shards: int = 1, max_cost: float | None = None,
+                 batcher: Batcher | None = None) -> None:
         self.store = store
+        self.batcher = batcher  # --orbench-batch: replies come from provider batches, judge calls from here
         self.max_cost = max_cost  # USD this loop may spend (--orbench-max-cost, split between fetch processes)
-        self._spent = 0.0
+        self.spent = 0.0
         self.shard, self.shards = shard, shards
         self.make_caller = make_caller
         self.run_id = run_id
@@ -67,6 +76,7 @@ class FetchLoop:
         self.judge = judge
         self.judge_stage = judge_stage
         self._callers: dict[int, Caller] = {}
+        self._queue: asyncio.Queue[Job] = asyncio.Queue()
         self._fatal: str | None = None
         self._answered = 0  # replies that came back: after one, a refused connection is a blip, not a dead endpoint
         self._pending_records: list[tuple[str, dict[str, Any]]] = []
@@ -78,17 +88,21 @@ class FetchLoop:
         """Every job ends with an outcome row, whatever happens (a crash here becomes each job's error)."""
         stop = stop or asyncio.Event()
         self.store.start_run(self.run_id, len(jobs), self.shard, self.shards)
-        queue: asyncio.Queue[Job] = asyncio.Queue()
-        for job in jobs:
+        self._queue = queue = asyncio.Queue[Job]()
+        misses = [job for job in jobs if job.record is None]
+        for job in jobs if self.batcher is None else [job for job in jobs if job.record is not None]:
             queue.put_nowait(job)
         flusher = asyncio.create_task(self._flush_periodically())
         try:
-            for config in sorted({job.config for job in jobs if job.record is None}):  # else only judge calls are due
+            for config in sorted({job.config for job in misses} if self.batcher is None else ()):  # else judge calls only
                 try:
                     self._callers[config] = self.make_caller(config)
                 except EndpointError as exc:
                     self._fatal = str(exc)
                     break
+            if self.batcher is not None and misses:
+                # The replies first (they come back together), then the judge calls they need, as below.
+                await self.batcher.run(misses, stop, self)
             workers = [asyncio.create_task(self._worker(queue, stop)) for _ in range(min(self.concurrency, len(jobs)) or 1)]
             stopper = asyncio.create_task(stop.wait())
             pending: set[asyncio.Task[Any]] = {*workers, stopper}
@@ -115,6 +129,19 @@ class FetchLoop:
             if self.judge_stage is not None:
                 await self.judge_stage.aclose()
 
+    # -- what a batcher hands back -----------------------------------------------------------------
+    def deliver(self, job: Job, record: dict[str, Any]) -> None:
+        """A reply a provider batch returned (already stored): judged, then its outcome is written."""
+        self._answered += 1
+        self.spent += float(record.get("cost") or 0.0)
+        self._queue.put_nowait(replace(job, record=record, fetched=True))
+
+    def fail(self, job: Job, error: str, fetched: bool) -> None:
+        self._finish(job, Outcome(error=error, fetched=fetched))
+
+    def note(self, text: str | None) -> None:
+        self.store.note(self.run_id, text, self.shard)
+
     async def _worker(self, queue: asyncio.Queue[Job], stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
@@ -133,10 +160,10 @@ class FetchLoop:
         return not (exc.unreachable and self._answered == 0)
 
     async def _fetch(self, job: Job) -> Outcome:
-        record, fetched = job.record, False
+        record, fetched = job.record, job.fetched
         if record is None:
-            if self.max_cost is not None and self._spent >= self.max_cost and self._fatal is None:
-                self._fatal = (f"the run's spend reached the --orbench-max-cost limit (${self._spent:.4f} of "
+            if self.max_cost is not None and self.spent >= self.max_cost and self._fatal is None:
+                self._fatal = (f"the run's spend reached the --orbench-max-cost limit (${self.spent:.4f} of "
                                f"${self.max_cost:.4f}{' for this fetch process' if self.shards > 1 else ''}); "
                                "what was paid for is stored")
             if self._fatal is not None:
@@ -153,7 +180,7 @@ class FetchLoop:
             record = reply.record()
             record["seconds"] = round(seconds, 3)
             record["attempts"] = attempts
-            self._spent += float(record.get("cost") or 0.0)
+            self.spent += float(record.get("cost") or 0.0)
             self._pending_records.append((job.key, record))
             fetched = True
         outcome = Outcome(record=record, fetched=fetched)
@@ -163,7 +190,7 @@ class FetchLoop:
             try:
                 outcome.judge, outcome.judge_fetched = await self.judge_stage.judge(key, job.prompt, reply_text(record))
                 if outcome.judge_fetched and outcome.judge is not None:
-                    self._spent += float(outcome.judge.get("cost") or 0.0)
+                    self.spent += float(outcome.judge.get("cost") or 0.0)
             except EndpointError as exc:
                 outcome.judge_error = str(exc)
         return outcome

@@ -182,11 +182,17 @@ def _run_shard(work: dict[str, Any], shard: int, shards: int, wait_for_stop: Any
     judge = make_judge(work["judge"], work["judge_spec"]) if work["judge_spec"] is not None else None
     stage = judge_stage(judge, store, work["retries"], work["max_age"]) if judge is not None else None
     configs = work["configs"]
+    max_cost = None if work["max_cost"] is None else work["max_cost"] / shards
+    batcher = None
+    if work.get("batch") is not None:  # --orbench-batch (always one fetch process)
+        from pytest_orbench.batch import BatchPhase, BatchSettings, Endpoint
+
+        batcher = BatchPhase(store, [Endpoint(spec, system_prompt, work["retries"]) for spec, system_prompt in configs],
+                             BatchSettings(**work["batch"]), work["retries"], max_cost)
     loop = FetchLoop(store, lambda config: make_caller(configs[config][1], spec=configs[config][0]),
                      run_id=work["run_id"],
                      concurrency=concurrency, retries=work["retries"], judge=judge, judge_stage=stage,
-                     shard=shard, shards=shards,
-                     max_cost=None if work["max_cost"] is None else work["max_cost"] / shards)
+                     shard=shard, shards=shards, max_cost=max_cost, batcher=batcher)
 
     async def main() -> None:
         stop = asyncio.Event()

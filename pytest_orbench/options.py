@@ -59,6 +59,13 @@ OPTIONS: tuple[Option, ...] = (
            "--orbench-estimate-output-tokens"),
     Option("max_cost", "float", None, "USD: refuse to start when the estimate exceeds it, and stop making calls when "
            "the run's actual spend reaches it", "--orbench-max-cost"),
+    Option("batch", "bool", False, "ask the prompts that are not stored through the provider's batch API (OpenAI-format "
+           "batch files: half price, results within 24 h); an interrupted run resumes its batches", "--orbench-batch"),
+    Option("batch_poll", "float", 30.0, "seconds between retrievals of a batch's state", "--orbench-batch-poll"),
+    Option("batch_wait", "str", "24h", "how long this session waits for its batches (24h, 2h, 30m); what is not done "
+           "by then is an error, collected by the next run without submitting it again", "--orbench-batch-wait"),
+    Option("batch_max_requests", "int", 50000, "request lines per batch file (OpenAI's limit: 50,000)",
+           "--orbench-batch-max-requests"),
     Option("json", "path", None, "write the results JSON here", "--orbench-json"),
     Option("store", "path", ".orbench", "response store folder (relative to rootdir)", "--orbench-store"),
     Option("refresh", "bool", False, "ignore stored responses and call the endpoint again", "--orbench-refresh"),

@@ -13,7 +13,7 @@ import hashlib
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
@@ -22,6 +22,9 @@ from pytest_orbench.dataset import BUILTINS, DatasetError, DatasetSpec, parse_sp
 from pytest_orbench.gate import GateConfig, GateConfigError, parse_gate
 from pytest_orbench.options import BY_KEY, MAX_TRIALS, OPTIONS, Option, parse_age
 from pytest_orbench.spec import ModelSpec, public_kwargs, secret_problem
+
+if TYPE_CHECKING:
+    from pytest_orbench.batch import BatchSettings
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ class Settings:
     estimate: bool = False  # print what the run would cost, call nothing
     estimate_output_tokens: int = 400  # completion tokens assumed per reply in estimates
     max_cost: float | None = None  # USD: refuse to start above it; stop calling when the spend reaches it
+    batch: BatchSettings | None = None  # --orbench-batch: ask through the provider's batch API
     trials: int = 1  # each prompt asked this many times
     base: Settings | None = None  # the live base configuration (--orbench-base-*, base:), compared prompt by prompt
 
@@ -323,6 +327,7 @@ def build_settings(config: pytest.Config) -> Settings:
         raise _fail(f"temperature must be between 0 and 2, got {values['temperature']}")
     if values["offline"] and values["refresh"]:
         raise _fail("--orbench-offline and --orbench-refresh contradict each other; pick one")
+    batch = _batch(values)
 
     kwargs = values["litellm_kwargs"] or {}
     _check_secrets(kwargs, "litellm_kwargs", "api_key_env", values["offline"])
@@ -404,9 +409,46 @@ def build_settings(config: pytest.Config) -> Settings:
         estimate=bool(values["estimate"]),
         estimate_output_tokens=values["estimate_output_tokens"],
         max_cost=values["max_cost"],
+        batch=batch,
     )
     base = _base(values, bases, settings)
+    if batch is not None and base is not None and base.model is not None:
+        _check_batch_model(base.model, "base model")
     return replace(settings, base=base) if base is not None else settings
+
+
+def _batch(values: dict[str, Any]) -> BatchSettings | None:
+    """--orbench-batch and its settings, checked before any call; None without it."""
+    if not values["batch"]:
+        return None
+    if values["offline"]:
+        raise _fail("--orbench-offline makes no calls and --orbench-batch submits them; pick one")
+    if values["target"]:
+        raise _fail("--orbench-batch asks a model through its provider's batch API, and a target: callable has none; "
+                    "drop --orbench-batch, or test a model (--orbench-model)")
+    if values["batch_poll"] <= 0:
+        raise _fail(f"batch_poll must be a positive number of seconds, got {values['batch_poll']}")
+    if values["batch_max_requests"] < 1:
+        raise _fail(f"batch_max_requests must be at least 1, got {values['batch_max_requests']}")
+    try:
+        wait = parse_age(values["batch_wait"], "--orbench-batch-wait")
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    if wait is None or wait <= 0:
+        raise _fail(f"--orbench-batch-wait {values['batch_wait']!r}: give how long to wait (24h, 2h, 30m); a run "
+                    "that stops waiting is resumed by the next one")
+    _check_batch_model(values["model"], "model")
+    from pytest_orbench.batch import BatchSettings
+
+    return BatchSettings(poll=float(values["batch_poll"]), wait=wait, max_requests=int(values["batch_max_requests"]))
+
+
+def _check_batch_model(model: str, what: str) -> None:
+    from pytest_orbench.batch import batch_problem
+
+    problem = batch_problem(model)
+    if problem is not None:
+        raise _fail(f"{what}: {problem}")
 
 
 def _read_prompt(file: Path, label: str, hint: str = "") -> str:

@@ -63,6 +63,7 @@ class MockConfig:
     batch_polls: int = 3  # retrievals of a batch until it is done (validating, in_progress, ...)
     batch_fail_rate: float = 0.0  # share of batch requests that fail (error file, status 500)
     batch_expire_share: float | None = None  # set: batches expire with only this share of their requests done
+    batch_expire_count: int | None = None  # with batch_expire_share: only the first this many batches expire
     model_name: str = "orbench-mock"
     # What the "provider" says served each reply: a dated version behind the alias, and a backend
     # fingerprint. Change them (and the behaviour) to play a provider updating a model in place.
@@ -112,13 +113,15 @@ class MockState:
                 "answers": {k: dict(v) for k, v in self.answers.items()},
                 "batches_created": self.batches.created if self.batches else 0,
                 "batch_requests_answered": self.batches.answered if self.batches else 0,
+                "batch_sizes": list(self.batches.sizes) if self.batches else [],
             }
 
 
 def make_handler(config: MockConfig, state: MockState) -> type[BaseHTTPRequestHandler]:
     def batches() -> Batches:
         if state.batches is None:  # (again after /stats/reset)
-            state.batches = Batches(config.batch_polls, config.batch_fail_rate, config.batch_expire_share)
+            state.batches = Batches(config.batch_polls, config.batch_fail_rate, config.batch_expire_share,
+                                    config.batch_expire_count)
         return state.batches
 
     class Handler(BaseHTTPRequestHandler):

@@ -32,10 +32,12 @@ class BatchError(Exception):
 class Batches:
     """Uploaded files and batches, in memory, for one simulator."""
 
-    def __init__(self, polls: int = 3, fail_rate: float = 0.0, expire_share: float | None = None) -> None:
+    def __init__(self, polls: int = 3, fail_rate: float = 0.0, expire_share: float | None = None,
+                 expire_count: int | None = None) -> None:
         self.polls = max(1, polls)
         self.fail_rate = fail_rate
         self.expire_share = expire_share  # None: batches complete; a share in [0, 1): they expire with that share done
+        self.expire_count = expire_count  # with expire_share: only the first this many batches expire (None: all)
         self.lock = threading.Lock()
         self.files: dict[str, dict[str, Any]] = {}
         self.content: dict[str, bytes] = {}
@@ -43,6 +45,8 @@ class Batches:
         self.retrievals: dict[str, int] = {}
         self.requests: dict[str, list[dict[str, Any]]] = {}  # batch id -> its request lines, read when validated
         self.created = 0  # batches created (tests: a resumed run creates none)
+        self.sizes: list[int] = []  # request lines of each batch, in the order created (once validated)
+        self.numbers: dict[str, int] = {}  # batch id -> 1, 2, ... in the order created
         self.answered = 0  # batch request lines answered
 
     # -- files --------------------------------------------------------------------------------
@@ -101,6 +105,7 @@ class Batches:
             self.batches[batch["id"]] = batch
             self.retrievals[batch["id"]] = 0
             self.created += 1
+            self.numbers[batch["id"]] = self.created
         return batch
 
     def retrieve(self, batch_id: str, answer: Answer) -> dict[str, Any]:
@@ -115,6 +120,8 @@ class Batches:
             self.requests[batch_id] = self._lines(batch["input_file_id"])
             batch.update(status="in_progress", in_progress_at=int(time.time()))
             batch["request_counts"]["total"] = len(self.requests[batch_id])
+            with self.lock:
+                self.sizes.append(len(self.requests[batch_id]))
         if batch["status"] == "in_progress" and polls >= self.polls:
             self._run(batch, answer)
         return batch
@@ -141,7 +148,9 @@ class Batches:
         from pytest_orbench.simulator_roles import unit
 
         lines = self.requests.pop(batch["id"])
-        done = len(lines) if self.expire_share is None else int(len(lines) * self.expire_share)
+        expires = self.expire_share is not None and (self.expire_count is None
+                                                     or self.numbers[batch["id"]] <= self.expire_count)
+        done = int(len(lines) * (self.expire_share or 0.0)) if expires else len(lines)
         output: list[dict[str, Any]] = []
         errors: list[dict[str, Any]] = []
         for index, line in enumerate(lines):
@@ -172,7 +181,7 @@ class Batches:
         if errors:
             batch["error_file_id"] = self.add_file(f"{name}_error.jsonl", _jsonl(errors), "batch_output")["id"]
         now = int(time.time())
-        if self.expire_share is None:
+        if not expires:
             batch.update(status="completed", finalizing_at=now, completed_at=now)
         else:
             batch.update(status="expired", expired_at=now)

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 2  # PRAGMA user_version; _migrate brings an older store up to it
+SCHEMA_VERSION = 3  # PRAGMA user_version; _migrate brings an older store up to it
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
     key TEXT PRIMARY KEY,
@@ -34,7 +34,8 @@ CREATE TABLE IF NOT EXISTS runs (
     done INTEGER NOT NULL,
     errors INTEGER NOT NULL,
     finished INTEGER NOT NULL,    -- 1: every job of this shard has an outcome
-    fatal TEXT                    -- why calls stopped (refused connection, rejected key, crash)
+    fatal TEXT,                   -- why calls stopped (refused connection, rejected key, crash)
+    note TEXT                     -- what the fetch is doing, when counts alone do not say (batch states)
 );
 CREATE INDEX IF NOT EXISTS runs_by_run ON runs (run);
 CREATE TABLE IF NOT EXISTS outcomes (
@@ -45,6 +46,16 @@ CREATE TABLE IF NOT EXISTS outcomes (
     fetched INTEGER NOT NULL,
     judge_fetched INTEGER NOT NULL,
     PRIMARY KEY (run, key)
+);
+CREATE TABLE IF NOT EXISTS batches (  -- provider batches submitted (--orbench-batch): resumed, never paid twice
+    id TEXT PRIMARY KEY,          -- the provider's batch id
+    endpoint TEXT NOT NULL,       -- where it can be retrieved: provider and redacted base URL
+    input_file_id TEXT NOT NULL,
+    keys TEXT NOT NULL,           -- JSON list of the store keys it asks for
+    status TEXT NOT NULL,         -- the provider's last word: validating, in_progress, completed, expired, ...
+    counts TEXT,                  -- JSON request_counts at the last retrieval
+    created REAL NOT NULL,
+    collected INTEGER NOT NULL DEFAULT 0  -- 1: its replies are in responses, its failures were handed on
 );
 CREATE TABLE IF NOT EXISTS verdicts (  -- an offline judge's verdict on a stored reply (key: judge id, version, reply)
     key TEXT PRIMARY KEY,
@@ -236,6 +247,40 @@ class Store:
             conn.execute("ROLLBACK")
             raise
 
+    def note(self, run: str, text: str | None, shard: int = 0) -> None:
+        self._conn().execute("UPDATE runs SET note = ? WHERE shard = ?", (text, f"{run}#{shard}"))
+
+    # -- provider batches ------------------------------------------------------------------------
+    def add_batch(self, batch_id: str, endpoint: str, input_file_id: str, keys: list[str], status: str) -> None:
+        self._conn().execute("INSERT OR REPLACE INTO batches (id, endpoint, input_file_id, keys, status, counts, "
+                             "created, collected) VALUES (?, ?, ?, ?, ?, NULL, ?, 0)",
+                             (batch_id, endpoint, input_file_id, json.dumps(keys), status, time.time()))
+
+    def open_batches(self, endpoint: str) -> list[tuple[str, list[str]]]:
+        """(batch id, keys) of the batches submitted to `endpoint` whose replies were not collected yet,
+        oldest first."""
+        rows = self._conn().execute("SELECT id, keys FROM batches WHERE endpoint = ? AND collected = 0 ORDER BY created",
+                                    (endpoint,)).fetchall()
+        return [(row[0], json.loads(row[1])) for row in rows]
+
+    def batch_status(self, batch_id: str, status: str, counts: dict[str, Any] | None) -> None:
+        self._conn().execute("UPDATE batches SET status = ?, counts = ? WHERE id = ?",
+                             (status, json.dumps(counts) if counts is not None else None, batch_id))
+
+    def collect_batch(self, batch_id: str, status: str, records: list[tuple[str, dict[str, Any]]]) -> None:
+        """A finished batch's replies, stored together with the mark that it needs no more polling."""
+        conn = self._conn()
+        now = time.time()
+        conn.execute("BEGIN")
+        try:
+            conn.executemany("INSERT OR REPLACE INTO responses (key, record, created) VALUES (?, ?, ?)",
+                             [(k, json.dumps(r, ensure_ascii=False, sort_keys=True), now) for k, r in records])
+            conn.execute("UPDATE batches SET status = ?, collected = 1 WHERE id = ?", (status, batch_id))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
     def outcome(self, run: str, key: str) -> tuple[str | None, str | None, int, int] | None:
         row = self._conn().execute("SELECT error, judge_error, fetched, judge_fetched FROM outcomes "
                                    "WHERE run = ? AND key = ?", (run, key)).fetchone()
@@ -244,7 +289,7 @@ class Store:
     def run_state(self, run: str) -> dict[str, Any] | None:
         """The run across its fetch processes: summed progress; finished only when every shard is;
         heartbeat and pid of the quietest shard; the first fatal message."""
-        rows = self._conn().execute("SELECT pid, started, heartbeat, total, done, errors, finished, fatal, shards "
+        rows = self._conn().execute("SELECT pid, started, heartbeat, total, done, errors, finished, fatal, shards, note "
                                     "FROM runs WHERE run = ? ORDER BY shard", (run,)).fetchall()
         if not rows:
             return None
@@ -254,6 +299,7 @@ class Store:
             "total": sum(r[3] for r in rows), "done": sum(r[4] for r in rows), "errors": sum(r[5] for r in rows),
             "finished": int(len(rows) >= rows[0][8] and all(r[6] for r in rows)),
             "fatal": next((r[7] for r in rows if r[7]), None), "shards": rows[0][8], "started_shards": len(rows),
+            "note": next((r[9] for r in rows if r[9]), None),
         }
 
     def clear_run(self, run: str) -> None:

@@ -1,0 +1,193 @@
+"""--orbench-batch end to end: litellm's real batch calls (create_file, create_batch, retrieve_batch,
+file_content) over HTTP to the simulator's Files and Batch API. A batch run equals a synchronous run
+verdict for verdict; a killed or timed-out session leaves its batch to the next run, which polls it
+instead of submitting again; an expired batch is followed by one for the missing prompts only."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_orbench.simulator import MockServer
+from pytest_orbench.store import Store
+from tests.conftest import mock_args, stats
+
+pytestmark = pytest.mark.usefixtures("orbench_env")
+SAMPLE = ("--orbench-sample", "12", "--orbench-seed", "3", "--orbench-datasets", "hard-1k,toxic")
+N = 24  # prompts in SAMPLE
+FAST = ("--orbench-batch", "--orbench-batch-poll", "0.05")
+
+
+def load(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def verdicts(path: Path) -> list[tuple[str, str, str, str | None]]:
+    return [(p["id"], p["verdict"], p["reply_excerpt"], p["error"]) for p in load(path)["prompts"]]
+
+
+def judged(server: MockServer) -> list[str]:
+    return ["--orbench-judge", "hybrid", "--orbench-judge-model", "openai/orbench-judge",
+            "--orbench-judge-api-base", server.url]
+
+
+def test_a_batch_run_equals_a_synchronous_run_verdict_for_verdict_split_over_files_under_xdist(
+    pytester: pytest.Pytester, mock_factory: Callable[..., MockServer],
+) -> None:
+    sync_server, batch_server = mock_factory(), mock_factory(batch_polls=3)
+    sync = pytester.runpytest(*mock_args(sync_server, *SAMPLE, *judged(sync_server), "--orbench-store", "s",
+                                         "--orbench-json", "s.json"))
+    batch = pytester.runpytest_subprocess(*mock_args(batch_server, *SAMPLE, *judged(batch_server), *FAST,
+                                                     "--orbench-batch-max-requests", "10", "--orbench-store", "b",
+                                                     "--orbench-json", "b.json", "-n", "2"), timeout=240)
+    assert batch.ret == sync.ret
+    assert verdicts(pytester.path / "b.json") == verdicts(pytester.path / "s.json")
+    served = stats(batch_server.url)
+    assert served["requests"] == 0  # no synchronous completion: every reply came from a batch
+    assert served["batches_created"] == 3 and served["batch_sizes"] == [10, 10, 4]  # one submitter, split by 10
+    assert served["batch_requests_answered"] == N and served["duplicates"] == 0
+    assert served["judge_requests"] == stats(sync_server.url)["judge_requests"]  # the judge runs on batch replies too
+    data = load(pytester.path / "b.json")
+    assert data["run"]["calls"]["made"] == N and data["run"]["calls"]["errors"] == 0
+    batch.stdout.fnmatch_lines([f"orbench: {N} prompts, 0 stored, {N} to fetch, through provider batches "
+                                "(polled every 0.05 s, waiting up to 1d)*"])
+    again = pytester.runpytest(*mock_args(batch_server, *SAMPLE, *judged(batch_server), *FAST, "--orbench-store", "b"))
+    assert again.ret == sync.ret and stats(batch_server.url)["batches_created"] == 3  # stored: nothing to submit
+
+
+def test_a_killed_session_leaves_its_batch_to_the_next_run_which_polls_it_instead_of_submitting_again(
+    pytester: pytest.Pytester, mock_factory: Callable[..., MockServer],
+) -> None:
+    server = mock_factory(batch_polls=60)  # done at the 60th retrieval: ~3 s of polling every 0.05 s
+    args = mock_args(server, *SAMPLE, *FAST, "--orbench-json", "r.json")
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=pytester.path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while stats(server.url)["batches_created"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # polling has begun
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        proc.kill()
+    assert stats(server.url)["batches_created"] == 1 and stats(server.url)["batch_requests_answered"] == 0
+    store = Store(pytester.path / ".orbench")
+    try:
+        [(batch_id, keys)] = store.open_batches(f"openai {server.url}")
+    finally:
+        store.close()
+    assert len(keys) == N
+    resumed = pytester.runpytest(*args)
+    served = stats(server.url)
+    assert served["batches_created"] == 1 and served["batch_requests_answered"] == N  # the same batch, collected
+    data = load(pytester.path / "r.json")
+    assert data["run"]["calls"]["errors"] == 0 and resumed.ret in (0, 1)
+    assert all(p["error"] is None for p in data["prompts"])
+
+
+def test_a_session_that_stops_waiting_says_so_and_the_next_run_collects_the_same_batch(
+    pytester: pytest.Pytester, mock_factory: Callable[..., MockServer],
+) -> None:
+    server = mock_factory(batch_polls=40)
+    args = mock_args(server, *SAMPLE, *FAST, "--orbench-json", "r.json")
+    waited = pytester.runpytest(*args, "--orbench-batch-wait", "1s")
+    assert waited.ret == 1  # what was not answered is not a pass
+    data = load(pytester.path / "r.json")
+    assert data["gate"]["verdict"] == "inconclusive"
+    errors = {p["error"] for p in data["prompts"]}
+    assert len(errors) == 1
+    [error] = errors
+    assert error is not None
+    assert "not answered yet: this session stopped waiting after 1 s (--orbench-batch-wait) while batch batch_" in error
+    assert error.endswith("was in_progress; run again to collect it (it is not submitted again)")
+    collected = pytester.runpytest(*args)
+    assert collected.ret in (0, 1)
+    assert all(p["error"] is None for p in load(pytester.path / "r.json")["prompts"])
+    served = stats(server.url)
+    assert served["batches_created"] == 1 and served["batch_requests_answered"] == N
+
+
+def test_an_expired_batch_is_followed_by_a_batch_of_the_missing_prompts_only(
+    pytester: pytest.Pytester, mock_factory: Callable[..., MockServer],
+) -> None:
+    server = mock_factory(batch_polls=2, batch_expire_share=0.25, batch_expire_count=1)
+    result = pytester.runpytest(*mock_args(server, *SAMPLE, *FAST, "--orbench-json", "r.json"))
+    assert result.ret in (0, 1)
+    served = stats(server.url)
+    assert served["batch_sizes"] == [N, N - N // 4]  # the second batch asks only what the first left undone
+    assert served["batch_requests_answered"] == N and served["duplicates"] == 0  # nothing paid for twice
+    assert all(p["error"] is None for p in load(pytester.path / "r.json")["prompts"])
+
+
+def test_requests_that_keep_failing_in_batches_become_errors_as_in_a_synchronous_run(
+    pytester: pytest.Pytester, mock_factory: Callable[..., MockServer],
+) -> None:
+    server = mock_factory(batch_polls=1, batch_fail_rate=0.2)  # the same requests fail every time
+    result = pytester.runpytest(*mock_args(server, *SAMPLE, *FAST, "--orbench-retries", "1", "--orbench-json", "r.json"))
+    served = stats(server.url)
+    failed = served["batch_sizes"][1]
+    assert 0 < failed < N and served["batch_sizes"] == [N, failed]  # one more batch (retries 1), of the failed ones
+    errors = [p["error"] for p in load(pytester.path / "r.json")["prompts"] if p["error"]]
+    assert len(errors) == failed
+    assert all(e.startswith("HTTP 500 in batch batch_") and e.endswith("(asked in 2 batches)") for e in errors)
+    assert result.ret == 1
+
+
+def test_a_live_base_is_asked_in_its_own_batch(pytester: pytest.Pytester, mock_factory: Callable[..., MockServer]) -> None:
+    server = mock_factory(batch_polls=1)
+    pytester.makefile(".txt", prompt="You are a careful assistant.")
+    result = pytester.runpytest(*mock_args(server, *SAMPLE, *FAST, "--orbench-system-prompt-file", "prompt.txt",
+                                           "--orbench-base-system-prompt-file", "", "--orbench-json", "r.json"))
+    assert result.ret in (0, 1)
+    served = stats(server.url)
+    assert served["batch_sizes"] == [N, N] and served["requests"] == 0
+    data = load(pytester.path / "r.json")
+    assert all(p["error"] is None and p["base"]["error"] is None for p in data["prompts"])
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (("--orbench-offline",), "*--orbench-offline makes no calls and --orbench-batch submits them; pick one"),
+    (("--orbench-batch-wait", "never"), "*--orbench-batch-wait 'never': give how long to wait*"),
+    (("--orbench-batch-poll", "0"), "*batch_poll must be a positive number of seconds, got 0.0"),
+    (("--orbench-model", "anthropic/claude-x"), "*model: --orbench-batch submits OpenAI-format batch files through "
+                                                "litellm, for openai, azure, hosted_vllm, litellm_proxy models;*"),
+])
+def test_batch_settings_that_cannot_work_are_refused_before_any_call(
+    pytester: pytest.Pytester, mock: MockServer, extra: tuple[str, ...], message: str,
+) -> None:
+    result = pytester.runpytest(*mock_args(mock, *SAMPLE, "--orbench-batch", *extra))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+    assert stats(mock.url)["requests"] == 0 and stats(mock.url)["batches_created"] == 0
+
+
+def test_batch_prices_decide_the_max_cost_check_and_the_recorded_spend(
+    pytester: pytest.Pytester, mock_factory: Callable[..., MockServer],
+) -> None:
+    server = mock_factory(batch_polls=1)
+    pytester.makefile(".yaml", orbench="litellm_kwargs:\n  input_cost_per_token: 0.000002\n  output_cost_per_token: "
+                                       "0.000004\n  input_cost_per_token_batches: 0.000001\n  "
+                                       "output_cost_per_token_batches: 0.000002\n")
+    args = mock_args(server, *SAMPLE, "--orbench-estimate-output-tokens", "100", "--orbench-json", "r.json")
+    estimate = pytester.runpytest(*args, "--orbench-estimate")
+    line = next(x for x in estimate.outlines if x.startswith("  total:"))
+    sync_cost, batch_cost = (float(part.split("$")[1]) for part in line.split(", "))
+    assert batch_cost == pytest.approx(sync_cost / 2, abs=1e-4)
+    limit = f"{(sync_cost + batch_cost) / 2:.4f}"  # over the synchronous estimate, under the batch one
+    refused = pytester.runpytest(*args, "--orbench-max-cost", limit)
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    ran = pytester.runpytest(*args, *FAST, "--orbench-max-cost", limit)
+    assert ran.ret in (0, 1) and stats(server.url)["batch_requests_answered"] == N
+    spend = load(pytester.path / "r.json")["run"]["spend"]["endpoint"]
+    tokens = spend["prompt_tokens"] * 0.000001 + spend["completion_tokens"] * 0.000002  # the batch price
+    assert spend["cost_usd"] == pytest.approx(tokens, rel=1e-6)
