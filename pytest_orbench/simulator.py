@@ -12,6 +12,7 @@ import json
 import random
 import re
 import socket
+import sys
 import threading
 import time
 from collections import Counter
@@ -379,6 +380,13 @@ def make_handler(config: MockConfig, state: MockState) -> type[BaseHTTPRequestHa
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 512  # benchmarks open dozens of connections at once
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that leaves without closing its keep-alive connection (a fetch process ending with
+        os._exit) is not an error worth a traceback in the demo's output."""
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
 
 
 class MockServer:

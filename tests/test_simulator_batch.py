@@ -122,3 +122,24 @@ def test_bad_batch_requests_are_refused_like_the_real_api(
                              custom_llm_provider="openai", api_base=server.url, api_key=key)
     assert getattr(info.value, "status_code", None) == status
     assert stats(server.url)["batches_created"] == 0
+
+
+def test_a_client_that_resets_its_connection_leaves_no_traceback(mock: MockServer,
+                                                                 capfd: pytest.CaptureFixture[str]) -> None:
+    """A fetch process ends with os._exit, resetting its keep-alive connections: the simulator's output
+    (the demo's) stays clean, and it keeps serving."""
+    import socket
+    import struct
+    import time
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(mock.url)
+    for _ in range(3):
+        conn = socket.create_connection((parts.hostname, parts.port))
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = RST
+        conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(0.05)
+        conn.close()
+    time.sleep(0.2)
+    assert stats(mock.url)["requests"] == 0  # still serving
+    assert "Traceback" not in capfd.readouterr().err
