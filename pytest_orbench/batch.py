@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pytest_orbench.client import RETRY_STATUSES, EndpointError, Reply, backoff, describe_failure
+from pytest_orbench.client import RETRY_STATUSES, EndpointError, Reply, _chain, backoff, describe_failure
 from pytest_orbench.prices import Price, price_of
 from pytest_orbench.spec import ModelSpec, provider_of, redact_url
 
@@ -140,11 +140,14 @@ class Endpoint:
             try:
                 return await getattr(litellm, name)(**kwargs, **self.common)
             except Exception as exc:  # noqa: BLE001 - mapped onto what happened, as for completions
-                auth = isinstance(exc, (litellm.AuthenticationError, litellm.PermissionDeniedError))
+                # litellm's batch calls raise the OpenAI SDK's own exceptions: a rejected key by class name
+                auth = any(type(e).__name__ in ("AuthenticationError", "PermissionDeniedError") for e in _chain(exc))
                 failure = describe_failure(exc, self.spec.api_base, self.spec.timeout)
-                if auth or not failure.retryable or attempt >= self.retries:
+                # An endpoint that cannot be reached (refused, DNS, TLS) is not waited for: a poll that
+                # hits one is repeated at the next poll anyway.
+                if auth or failure.unreachable or not failure.retryable or attempt >= self.retries:
                     raise EndpointError(f"{what} failed: {self._scrub(str(failure))}", retryable=False,
-                                        fatal=auth or failure.unreachable) from None
+                                        fatal=auth) from None
                 await self.sleep(backoff(attempt, failure.retry_after))
                 attempt += 1
 
@@ -256,11 +259,14 @@ class BatchPhase:
                 self._fail(job, f"not requested: the run's spend reached the --orbench-max-cost limit "
                                 f"(${sink.spent:.4f} of ${self.max_cost:.4f}); what was paid for is stored", sink, False)
             return
+        fatal: str | None = None  # a rejected key: the other files are not tried
         for chunk in self._chunks(endpoint, jobs):
-            data = b"".join(line for _, line in chunk)
             try:
-                batch_id, file_id, status = await endpoint.submit(data)
+                if fatal is not None:
+                    raise EndpointError(fatal, retryable=False, fatal=True)
+                batch_id, file_id, status = await endpoint.submit(b"".join(line for _, line in chunk))
             except EndpointError as exc:
+                fatal = str(exc) if exc.fatal else None
                 for job, _ in chunk:
                     self._fail(job, str(exc), sink, False)
                 continue

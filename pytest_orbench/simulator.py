@@ -94,6 +94,7 @@ class MockState:
         self.votes: dict[str, dict[str, str | None]] = {}  # sha256 of a moderated prompt -> model -> label
         self.answers: dict[str, dict[str, str]] = {}  # sha256 of a prompt -> model -> decision
         self.batches: Batches | None = None  # the Files and Batch endpoints' state (set by the handler)
+        self.batch_calls = 0  # requests to the Files and Batch endpoints, rejected ones included
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
@@ -115,6 +116,7 @@ class MockState:
                 "batches_created": self.batches.created if self.batches else 0,
                 "batch_requests_answered": self.batches.answered if self.batches else 0,
                 "batch_sizes": list(self.batches.sizes) if self.batches else [],
+                "batch_calls": self.batch_calls,
             }
 
 
@@ -168,6 +170,8 @@ def make_handler(config: MockConfig, state: MockState) -> type[BaseHTTPRequestHa
                 parts = parts[1:]
             if not parts or parts[0] not in ("files", "batches"):
                 return False
+            with state.lock:
+                state.batch_calls += 1
             if not self._authorized():
                 return True
             try:

@@ -191,3 +191,26 @@ def test_batch_prices_decide_the_max_cost_check_and_the_recorded_spend(
     spend = load(pytester.path / "r.json")["run"]["spend"]["endpoint"]
     tokens = spend["prompt_tokens"] * 0.000001 + spend["completion_tokens"] * 0.000002  # the batch price
     assert spend["cost_usd"] == pytest.approx(tokens, rel=1e-6)
+
+
+def test_a_refused_connection_or_a_rejected_key_ends_a_batch_run_with_what_happened(
+    pytester: pytest.Pytester, mock_factory: Callable[..., MockServer],
+) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = ["--orbench", "--orbench-model", "openai/orbench-mock", "-p", "no:cacheprovider", "-p", "no:randomly",
+            *SAMPLE, *FAST, "--orbench-batch-max-requests", "5", "--orbench-json", "r.json"]
+    refused = pytester.runpytest(*args, "--orbench-api-base", f"http://127.0.0.1:{port}/v1")
+    assert refused.ret == 1
+    assert {p["error"] for p in load(pytester.path / "r.json")["prompts"]} == {
+        f"uploading the batch file failed: connection refused by 127.0.0.1:{port}"}
+    server = mock_factory(api_key="sk-the-right-one")
+    rejected = pytester.runpytest(*args, "--orbench-api-base", server.url)
+    assert rejected.ret == 1
+    errors = {p["error"] for p in load(pytester.path / "r.json")["prompts"]}
+    assert len(errors) == 1 and errors.pop().startswith("uploading the batch file failed: HTTP 401 from 127.0.0.1:")
+    assert stats(server.url)["batches_created"] == 0
+    assert stats(server.url)["batch_calls"] == 1  # one upload of five files tried: a rejected key ends the run
