@@ -43,7 +43,9 @@ def judged(server: MockServer) -> list[str]:
 def test_a_batch_run_equals_a_synchronous_run_verdict_for_verdict_split_over_files_under_xdist(
     pytester: pytest.Pytester, mock_factory: Callable[..., MockServer],
 ) -> None:
-    sync_server, batch_server = mock_factory(), mock_factory(batch_polls=3)
+    # Some refusals come back as content_filter replies: in batches too
+    sync_server = mock_factory(content_filter_rate=0.3)
+    batch_server = mock_factory(content_filter_rate=0.3, batch_polls=3)
     sync = pytester.runpytest(*mock_args(sync_server, *SAMPLE, *judged(sync_server), "--orbench-store", "s",
                                          "--orbench-json", "s.json"))
     batch = pytester.runpytest_subprocess(*mock_args(batch_server, *SAMPLE, *judged(batch_server), *FAST,
@@ -51,6 +53,7 @@ def test_a_batch_run_equals_a_synchronous_run_verdict_for_verdict_split_over_fil
                                                      "--orbench-json", "b.json", "-n", "2"), timeout=240)
     assert batch.ret == sync.ret
     assert verdicts(pytester.path / "b.json") == verdicts(pytester.path / "s.json")
+    assert {"filtered", "direct_answer"} <= {v[1] for v in verdicts(pytester.path / "b.json")}
     served = stats(batch_server.url)
     assert served["requests"] == 0  # no synchronous completion: every reply came from a batch
     assert served["batches_created"] == 3 and served["batch_sizes"] == [10, 10, 4]  # one submitter, split by 10
