@@ -77,6 +77,39 @@ def _load_results(path: Path) -> ResultsDocument:
     return data
 
 
+def _batches(args: argparse.Namespace) -> int:
+    """The store's provider batches: what is still open (the next run polls it, not submits it again)."""
+    from datetime import UTC, datetime
+
+    from pytest_orbench.report import term_safe
+    from pytest_orbench.store import Store
+
+    folder = Path(args.store)
+    if not (folder / "responses.sqlite3").is_file():
+        return _fail(f"no response store in {folder}: give the folder your runs use (--store; pytest's "
+                     "--orbench-store, default .orbench in the rootdir)")
+    store = Store(folder)
+    try:
+        rows = store.batches(collected=args.all)
+    finally:
+        store.close()
+    if not rows:
+        print(f"no {'' if args.all else 'open '}batches in {folder}")
+        return 0
+    print("batch  endpoint  status  requests done/total  prompts  submitted (UTC)")
+    for row in rows:
+        counts = row["counts"]
+        done = f"{counts.get('completed', 0)}/{counts.get('total') or row['prompts']}"
+        when = datetime.fromtimestamp(row["created"], UTC).strftime("%Y-%m-%d %H:%M")
+        state = term_safe(row["status"], 40) + (" (collected)" if row["collected"] else "")
+        print(f"{term_safe(row['id'], 80)}  {term_safe(row['endpoint'], 120)}  {state}  {done}  {row['prompts']}  {when}")
+    open_ones = sum(not r["collected"] for r in rows)
+    if open_ones:
+        print(f"{open_ones} open: the next run with this store (and --orbench-batch) polls them instead of "
+              "submitting their prompts again")
+    return 0
+
+
 def _compare(args: argparse.Namespace) -> int:
     from pytest_orbench.baseline import BaselineError, load_baseline
     from pytest_orbench.gate import GateConfigError, assess, parse_gate
@@ -303,6 +336,12 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--alpha", type=float, help="default 0.05")
     compare.add_argument("--tolerance-pp", type=float, help="default 0")
     compare.set_defaults(func=_compare)
+
+    batches = sub.add_parser("batches", help="list the provider batches a run submitted (--orbench-batch) and their "
+                                              "last known state")
+    batches.add_argument("--store", default=".orbench", help="the response store folder (default .orbench)")
+    batches.add_argument("--all", action="store_true", help="also the batches already collected")
+    batches.set_defaults(func=_batches)
 
     tradeoff = sub.add_parser("tradeoff", help="Spearman correlation of over-refusal and toxic rejection across runs")
     tradeoff.add_argument("folder", help="folder of baseline / results JSON files")

@@ -263,6 +263,13 @@ class Store:
                                     (endpoint,)).fetchall()
         return [(row[0], json.loads(row[1])) for row in rows]
 
+    def batches(self, collected: bool = False) -> list[dict[str, Any]]:
+        """Submitted batches, oldest first: the open ones (`collected`: every one)."""
+        rows = self._conn().execute("SELECT id, endpoint, status, counts, created, collected, keys FROM batches "
+                                    + ("" if collected else "WHERE collected = 0 ") + "ORDER BY created").fetchall()
+        return [{"id": r[0], "endpoint": r[1], "status": r[2], "counts": json.loads(r[3]) if r[3] else {},
+                 "created": r[4], "collected": bool(r[5]), "prompts": len(json.loads(r[6]))} for r in rows]
+
     def batch_status(self, batch_id: str, status: str, counts: dict[str, Any] | None) -> None:
         self._conn().execute("UPDATE batches SET status = ?, counts = ? WHERE id = ?",
                              (status, json.dumps(counts) if counts is not None else None, batch_id))

@@ -113,11 +113,25 @@ def test_a_session_that_stops_waiting_says_so_and_the_next_run_collects_the_same
     assert error is not None
     assert "not answered yet: this session stopped waiting after 1 s (--orbench-batch-wait) while batch batch_" in error
     assert error.endswith("was in_progress; run again to collect it (it is not submitted again)")
+    listed = orbench_batches(pytester)
+    listed.stdout.fnmatch_lines([f"batch_*  openai {server.url}  in_progress  0/{N}  {N}  20*",
+                                 "1 open: the next run with this store (and --orbench-batch) polls them instead of "
+                                 "submitting their prompts again"])
     collected = pytester.runpytest(*args)
     assert collected.ret in (0, 1)
     assert all(p["error"] is None for p in load(pytester.path / "r.json")["prompts"])
     served = stats(server.url)
     assert served["batches_created"] == 1 and served["batch_requests_answered"] == N
+    orbench_batches(pytester).stdout.fnmatch_lines(["no open batches in .orbench"])
+    orbench_batches(pytester, "--all").stdout.fnmatch_lines([f"batch_*  completed (collected)  {N}/{N}  {N}  *"])
+
+
+def orbench_batches(pytester: pytest.Pytester, *extra: str) -> pytest.RunResult:
+    """`orbench batches` in a process of its own."""
+    result = pytester.run(sys.executable, "-c", "from pytest_orbench.cli import main; raise SystemExit(main())",
+                          "batches", *extra)
+    assert result.ret == 0
+    return result
 
 
 def test_an_expired_batch_is_followed_by_a_batch_of_the_missing_prompts_only(
