@@ -5,7 +5,8 @@ the reports cannot tell the difference.
 
 Each batch is written to the store (id, endpoint, the keys it asks for) as soon as the provider
 accepts it: a session that is interrupted, or stops waiting (--orbench-batch-wait), leaves it there,
-and the next run polls the same batch instead of submitting (and paying for) the prompts again. A
+and the next run polls the same batch instead of submitting (and paying for) the prompts again, unless
+it was submitted longer ago than --orbench-store-max-age (its replies would be too old to use). A
 batch that expires or is cancelled, and requests that fail with a transient error (5xx, 429), are
 followed by a new batch of the missing prompts only, up to --orbench-retries times; other per-request
 failures (HTTP 400, ...) become those prompts' errors, as in a synchronous run.
@@ -194,9 +195,10 @@ class BatchPhase:
     rest, polls, collects, resubmits what is missing; every job ends delivered or failed."""
 
     def __init__(self, store: Store, endpoints: list[Endpoint], settings: BatchSettings, retries: int,
-                 max_cost: float | None = None) -> None:
+                 max_cost: float | None = None, max_age: float | None = None) -> None:
         self.store, self.endpoints, self.settings = store, endpoints, settings
         self.retries, self.max_cost = retries, max_cost
+        self.max_age = max_age  # --orbench-store-max-age: an open batch older than this is not resumed
         self.active: dict[str, Active] = {}
         self.waiting: dict[str, Job] = {}
         self.submissions: Counter[str] = Counter()  # key -> batches it was put in by this run
@@ -212,7 +214,7 @@ class BatchPhase:
             if not mine:
                 continue
             left = {job.key for job in mine}
-            for batch_id, keys in self.store.open_batches(endpoint.name):
+            for batch_id, keys in self.store.open_batches(endpoint.name, self.max_age):
                 if left.intersection(keys):
                     self.active[batch_id] = Active(endpoint, keys, "submitted earlier")
                     left.difference_update(keys)

@@ -188,7 +188,7 @@ def _run_shard(work: dict[str, Any], shard: int, shards: int, wait_for_stop: Any
         from pytest_orbench.batch import BatchPhase, BatchSettings, Endpoint
 
         batcher = BatchPhase(store, [Endpoint(spec, system_prompt, work["retries"]) for spec, system_prompt in configs],
-                             BatchSettings(**work["batch"]), work["retries"], max_cost)
+                             BatchSettings(**work["batch"]), work["retries"], max_cost, work["max_age"])
     loop = FetchLoop(store, lambda config: make_caller(configs[config][1], spec=configs[config][0]),
                      run_id=work["run_id"],
                      concurrency=concurrency, retries=work["retries"], judge=judge, judge_stage=stage,

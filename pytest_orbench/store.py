@@ -256,11 +256,16 @@ class Store:
                              "created, collected) VALUES (?, ?, ?, ?, ?, NULL, ?, 0)",
                              (batch_id, endpoint, input_file_id, json.dumps(keys), status, time.time()))
 
-    def open_batches(self, endpoint: str) -> list[tuple[str, list[str]]]:
+    def open_batches(self, endpoint: str, max_age: float | None = None) -> list[tuple[str, list[str]]]:
         """(batch id, keys) of the batches submitted to `endpoint` whose replies were not collected yet,
-        oldest first."""
-        rows = self._conn().execute("SELECT id, keys FROM batches WHERE endpoint = ? AND collected = 0 ORDER BY created",
-                                    (endpoint,)).fetchall()
+        oldest first. With `max_age` seconds, older open batches are closed unread (status "too old"):
+        their replies would be older than the store may serve."""
+        conn = self._conn()
+        if max_age is not None:
+            conn.execute("UPDATE batches SET collected = 1, status = 'too old (' || status || ')' WHERE endpoint = ? "
+                         "AND collected = 0 AND created < ?", (endpoint, time.time() - max_age))
+        rows = conn.execute("SELECT id, keys FROM batches WHERE endpoint = ? AND collected = 0 ORDER BY created",
+                            (endpoint,)).fetchall()
         return [(row[0], json.loads(row[1])) for row in rows]
 
     def batches(self, collected: bool = False) -> list[dict[str, Any]]:

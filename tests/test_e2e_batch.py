@@ -126,6 +126,20 @@ def test_a_session_that_stops_waiting_says_so_and_the_next_run_collects_the_same
     orbench_batches(pytester, "--all").stdout.fnmatch_lines([f"batch_*  completed (collected)  {N}/{N}  {N}  *"])
 
 
+def test_an_open_batch_older_than_the_store_max_age_is_not_resumed(
+    pytester: pytest.Pytester, mock_factory: Callable[..., MockServer],
+) -> None:
+    server = mock_factory(batch_polls=30)
+    args = mock_args(server, *SAMPLE, *FAST, "--orbench-json", "r.json")
+    assert pytester.runpytest(*args, "--orbench-batch-wait", "1s").ret == 1  # leaves its batch open
+    fresh = pytester.runpytest(*args, "--orbench-refresh")  # max age 0: that batch's replies would be too old
+    assert fresh.ret in (0, 1) and all(p["error"] is None for p in load(pytester.path / "r.json")["prompts"])
+    served = stats(server.url)
+    assert served["batches_created"] == 2 and served["batch_sizes"] == [N, N]
+    orbench_batches(pytester, "--all").stdout.fnmatch_lines(["batch_*  too old (in_progress) (collected)  *",
+                                                             "batch_*  completed (collected)  *"])
+
+
 def orbench_batches(pytester: pytest.Pytester, *extra: str) -> pytest.RunResult:
     """`orbench batches` in a process of its own."""
     result = pytester.run(sys.executable, "-c", "from pytest_orbench.cli import main; raise SystemExit(main())",
