@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import time
+import types
 import uuid
 from collections import Counter
 from collections.abc import Generator
@@ -74,13 +75,18 @@ class OrbenchPlugin:
             config.pluginmanager.register(RunResults(self), "orbench-results")
         self._requests = {self.nodeid(d, p): self.requests(p) for d in self.datasets for p in d.prompts}
         self._begun = False
+        self._line: str | None = None  # what the fetch will do, shown once collection is over
+        self._announced = False
         if not config.option.collectonly and not settings.estimate:
             every = [r for item in self._requests.values() for r in item.all]
             plan = None
             if settings.max_cost is not None and not self.is_worker:
                 plan = self.coordinator.preview(every)  # one read of the store for the check and the early start
                 self._check_max_cost(plan)
-            self.coordinator.early(every, plan)
+            if not self.is_worker and _selects_every_prompt(config, self.selected):
+                self._begin(every, announce=False)  # nothing can deselect a prompt: calls start while pytest collects
+            else:
+                self.coordinator.early(every, plan)
 
     def _load_datasets(self) -> list[Dataset]:
         loaded = []
@@ -214,7 +220,7 @@ class OrbenchPlugin:
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         """The controller fetches for every worker: the first worker's collection names the prompts."""
-        if not self._begun and not self.config.option.collectonly:
+        if not self.config.option.collectonly:
             self._begin([r for i in ids if i in self._requests for r in self._requests[i].all])
 
     def _check_max_cost(self, plan: Plan) -> None:
@@ -226,7 +232,12 @@ class OrbenchPlugin:
         if problem is not None:
             raise pytest.UsageError(f"pytest-orbench: {problem}")
 
-    def _begin(self, requests: list[Request]) -> None:
+    def _begin(self, requests: list[Request], announce: bool = True) -> None:
+        """Start the fetch for these requests, once per session (at configure when every prompt is
+        certainly selected, else after collection); the line saying so is shown after collection."""
+        if self._begun:
+            self._announce()
+            return
         self._begun = True
         if self.settings.estimate:
             from pytest_orbench.estimate import lines, plan_parts
@@ -241,7 +252,15 @@ class OrbenchPlugin:
         if not requests and self.coordinator.fetches:
             self.coordinator.stop()
             return
-        line = self.coordinator.begin(requests)
+        self._line = self.coordinator.begin(requests)
+        if announce:
+            self._announce()
+
+    def _announce(self) -> None:
+        if self._announced:
+            return
+        self._announced = True
+        line, self._line = self._line, None
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if line is not None and reporter is not None:
             if self.config.get_terminal_writer().width_of_current_line:
@@ -380,3 +399,24 @@ def _trial_verdict(trial: dict[str, Any]) -> TrialVerdict:
     if trial["error"]:
         verdict["error"] = trial["error"]
     return verdict
+
+
+# Plugins whose collection hooks never drop a prompt test unasked (pytest's own options are checked
+# one by one in _selects_every_prompt).
+_SELECTION_SAFE = ("_pytest.", "pytest_orbench.", "xdist.", "pytest_randomly")
+
+
+def _selects_every_prompt(config: pytest.Config, selected: list[str]) -> bool:
+    """Whether this session certainly runs every prompt test: no prompt node ids, -k, -m, --deselect,
+    --lf or --sw, and no plugin or conftest beside pytest's own, xdist and pytest-randomly that sees the
+    collected items (it might deselect some). Then the calls can start before collection is over."""
+    option = config.option
+    if selected or any(getattr(option, name, None) for name in ("keyword", "markexpr", "deselect", "lf", "stepwise",
+                                                                 "stepwise_skip")):
+        return False
+    for impl in config.pluginmanager.hook.pytest_collection_modifyitems.get_hookimpls():
+        plugin = impl.plugin
+        module = plugin.__name__ if isinstance(plugin, types.ModuleType) else type(plugin).__module__
+        if not module.startswith(_SELECTION_SAFE):
+            return False
+    return True

@@ -240,6 +240,45 @@ def test_a_usage_error_during_collection_leaves_no_fetch_process(pytester: pytes
     assert fetch_children() == []
 
 
+def test_when_nothing_can_deselect_a_prompt_the_calls_start_while_pytest_collects(
+        pytester: pytest.Pytester, mock: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The user's test module is still being imported (collection is not over) when the first call arrives.
+    monkeypatch.setenv("ORBENCH_TEST_STATS", mock.url.rsplit("/v1", 1)[0] + "/stats")
+    pytester.makepyfile(test_slow_collection="""
+        import json, os, time, urllib.request
+        deadline, seen = time.monotonic() + 30, False
+        while not seen and time.monotonic() < deadline:
+            with urllib.request.urlopen(os.environ["ORBENCH_TEST_STATS"]) as reply:
+                seen = json.load(reply)["requests"] > 0
+            time.sleep(0.05)
+        open("seen-during-collection", "w").write(str(seen))
+
+        def test_mine():
+            pass
+    """)
+    result = pytester.runpytest(*mock_args(mock, "--orbench-sample", "5"))
+    assert result.ret in (0, 1)
+    assert (pytester.path / "seen-during-collection").read_text() == "True"
+    result.stdout.fnmatch_lines(["orbench: 10 prompts, 0 stored, 10 to fetch, 16 at a time"])
+
+
+@pytest.mark.parametrize("deselect", ["-k", "conftest"])
+def test_prompts_that_may_be_deselected_are_asked_only_after_collection(
+        pytester: pytest.Pytester, mock: Any, deselect: str) -> None:
+    # -k, or a conftest that sees the items, may drop prompt tests: only the ones left are asked.
+    extra = ["-k", "hard"] if deselect == "-k" else []
+    if deselect == "conftest":
+        pytester.makeconftest("""
+            def pytest_collection_modifyitems(config, items):
+                dropped = [i for i in items if "toxic" in i.nodeid]
+                config.hook.pytest_deselected(items=dropped)
+                items[:] = [i for i in items if i not in dropped]
+        """)
+    result = pytester.runpytest(*mock_args(mock, "--orbench-sample", "5", *extra))
+    assert result.parseoutcomes()["deselected"] == 5
+    assert stats(mock.url)["completions"] == 5
+
+
 def forked_fetch_processes() -> list[int]:
     """Fetch processes forked by a fetch process (the second shard of a large run)."""
     processes = fetch_processes()
