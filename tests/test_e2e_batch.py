@@ -67,10 +67,11 @@ def test_a_batch_run_equals_a_synchronous_run_verdict_for_verdict_split_over_fil
     assert again.ret == sync.ret and stats(batch_server.url)["batches_created"] == 3  # stored: nothing to submit
 
 
+@pytest.mark.slow
 def test_a_killed_session_leaves_its_batch_to_the_next_run_which_polls_it_instead_of_submitting_again(
     pytester: pytest.Pytester, mock_factory: Callable[..., MockServer],
 ) -> None:
-    server = mock_factory(batch_polls=60)  # done at the 60th retrieval: ~3 s of polling every 0.05 s
+    server = mock_factory(batch_polls=40)  # done at the 40th retrieval: ~2 s of polling every 0.05 s
     args = mock_args(server, *SAMPLE, *FAST, "--orbench-json", "r.json")
     proc = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=pytester.path, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -98,6 +99,7 @@ def test_a_killed_session_leaves_its_batch_to_the_next_run_which_polls_it_instea
     assert all(p["error"] is None for p in data["prompts"])
 
 
+@pytest.mark.slow
 def test_a_session_that_stops_waiting_says_so_and_the_next_run_collects_the_same_batch(
     pytester: pytest.Pytester, mock_factory: Callable[..., MockServer],
 ) -> None:
@@ -224,6 +226,7 @@ def test_batch_prices_decide_the_max_cost_check_and_the_recorded_spend(
     assert spend["cost_usd"] == pytest.approx(tokens, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_a_refused_connection_or_a_rejected_key_ends_a_batch_run_with_what_happened(
     pytester: pytest.Pytester, mock_factory: Callable[..., MockServer],
 ) -> None:
