@@ -12,7 +12,8 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,14 @@ def response_key(fields: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
+def _put_records(conn: sqlite3.Connection, records: list[tuple[str, dict[str, Any]]]) -> float:
+    """Store replies by key, stamped now (inside the caller's transaction); returns the stamp."""
+    now = time.time()
+    conn.executemany("INSERT OR REPLACE INTO responses (key, record, created) VALUES (?, ?, ?)",
+                     [(k, json.dumps(r, ensure_ascii=False, sort_keys=True), now) for k, r in records])
+    return now
+
+
 def _with_age(text: str, created: float) -> dict[str, Any]:
     record: dict[str, Any] = json.loads(text)
     record["stored_at"] = round(created, 3)  # when it was paid for: results show how old replies are
@@ -133,6 +142,18 @@ class Store:
                 self._connections.append(conn)
         return conn
 
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection inside one transaction: committed at the end, rolled back on any error."""
+        conn = self._conn()
+        conn.execute("BEGIN")
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
     def close(self) -> None:
         with self._lock:
             for conn in self._connections:
@@ -181,10 +202,8 @@ class Store:
 
     def put_verdicts(self, rows: list[tuple[str, str, str]]) -> None:
         if rows:
-            conn = self._conn()
-            conn.execute("BEGIN")
-            conn.executemany("INSERT OR REPLACE INTO verdicts (key, verdict, reason) VALUES (?, ?, ?)", rows)
-            conn.execute("COMMIT")
+            with self._transaction() as conn:
+                conn.executemany("INSERT OR REPLACE INTO verdicts (key, verdict, reason) VALUES (?, ?, ?)", rows)
 
     def put(self, key: str, record: dict[str, Any]) -> None:
         self._conn().execute(
@@ -203,20 +222,12 @@ class Store:
                      outcomes: list[tuple[str, str | None, str | None, bool, bool]], done: int, errors: int,
                      shard: int = 0) -> None:
         """Replies, their outcomes and the progress in one transaction (readers see all or none)."""
-        conn = self._conn()
-        now = time.time()
-        conn.execute("BEGIN")
-        try:
-            conn.executemany("INSERT OR REPLACE INTO responses (key, record, created) VALUES (?, ?, ?)",
-                             [(k, json.dumps(r, ensure_ascii=False, sort_keys=True), now) for k, r in records])
+        with self._transaction() as conn:
+            now = _put_records(conn, records)
             conn.executemany("INSERT OR REPLACE INTO outcomes (run, key, error, judge_error, fetched, judge_fetched) "
                              "VALUES (?, ?, ?, ?, ?, ?)", [(run, k, e, j, int(f), int(jf)) for k, e, j, f, jf in outcomes])
             conn.execute("UPDATE runs SET heartbeat = ?, done = ?, errors = ? WHERE shard = ?", (now, done, errors,
                                                                                              f"{run}#{shard}"))
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
 
     def heartbeat(self, run: str, done: int, errors: int, shard: int = 0) -> None:
         self._conn().execute("UPDATE runs SET heartbeat = ?, done = ?, errors = ? WHERE shard = ?",
@@ -229,10 +240,8 @@ class Store:
     def fail_shard(self, run: str, shard: int, shards: int, keys: list[str], reason: str) -> None:
         """A fetch process died: each of its prompts without an outcome gets `reason` as its error, and
         its part of the run is finished (started first if it never was), in one transaction."""
-        conn = self._conn()
         now = time.time()
-        conn.execute("BEGIN")
-        try:
+        with self._transaction() as conn:
             conn.execute("INSERT OR IGNORE INTO runs (shard, run, shards, pid, started, heartbeat, total, done, errors, "
                          "finished, fatal) VALUES (?, ?, ?, ?, ?, ?, ?, 0, 0, 0, NULL)",
                          (f"{run}#{shard}", run, shards, os.getpid(), now, now, len(keys)))
@@ -242,10 +251,6 @@ class Store:
                              "VALUES (?, ?, ?, NULL, 0, 0)", [(run, k, reason) for k in missing])
             conn.execute("UPDATE runs SET heartbeat = ?, done = total, errors = errors + ?, finished = 1 WHERE shard = ?",
                          (now, len(missing), f"{run}#{shard}"))
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
 
     def note(self, run: str, text: str | None, shard: int = 0) -> None:
         self._conn().execute("UPDATE runs SET note = ? WHERE shard = ?", (text, f"{run}#{shard}"))
@@ -281,17 +286,9 @@ class Store:
 
     def collect_batch(self, batch_id: str, status: str, records: list[tuple[str, dict[str, Any]]]) -> None:
         """A finished batch's replies, stored together with the mark that it needs no more polling."""
-        conn = self._conn()
-        now = time.time()
-        conn.execute("BEGIN")
-        try:
-            conn.executemany("INSERT OR REPLACE INTO responses (key, record, created) VALUES (?, ?, ?)",
-                             [(k, json.dumps(r, ensure_ascii=False, sort_keys=True), now) for k, r in records])
+        with self._transaction() as conn:
+            _put_records(conn, records)
             conn.execute("UPDATE batches SET status = ?, collected = 1 WHERE id = ?", (status, batch_id))
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
 
     def outcome(self, run: str, key: str) -> tuple[str | None, str | None, int, int] | None:
         row = self._conn().execute("SELECT error, judge_error, fetched, judge_fetched FROM outcomes "
