@@ -203,8 +203,6 @@ class BatchPhase:
         self.waiting: dict[str, Job] = {}
         self.submissions: Counter[str] = Counter()  # key -> batches it was put in by this run
         self.last_problem: dict[str, str] = {}
-        self.resumed = 0
-        self.submitted = 0
 
     async def run(self, jobs: list[Job], stop: asyncio.Event, sink: Sink) -> None:
         deadline = time.monotonic() + self.settings.wait
@@ -218,7 +216,6 @@ class BatchPhase:
                 if left.intersection(keys):
                     self.active[batch_id] = Active(endpoint, keys, "submitted earlier")
                     left.difference_update(keys)
-                    self.resumed += 1
             await self._submit(endpoint, [job for job in mine if job.key in left], sink)
         while self.active and not stop.is_set() and time.monotonic() < deadline:
             for batch_id in list(self.active):
@@ -276,7 +273,6 @@ class BatchPhase:
             self.store.add_batch(batch_id, endpoint.name, file_id, keys, status)
             self.active[batch_id] = Active(endpoint, keys, status)
             self.submissions.update(keys)
-            self.submitted += 1
 
     def _chunks(self, endpoint: Endpoint, jobs: list[Job]) -> list[list[tuple[Job, bytes]]]:
         chunks: list[list[tuple[Job, bytes]]] = [[]]
