@@ -18,11 +18,20 @@ import asyncio
 import json
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pytest_orbench.client import RETRY_STATUSES, EndpointError, Reply, _chain, backoff, describe_failure
+from pytest_orbench.client import (
+    RETRY_STATUSES,
+    EndpointError,
+    Reply,
+    _chain,
+    _import_litellm,
+    call_with_retries,
+    describe_failure,
+    scrub,
+)
 from pytest_orbench.prices import Price, price_of
 from pytest_orbench.spec import ModelSpec, provider_of, redact_url
 
@@ -77,9 +86,8 @@ class Sink(Protocol):
 class Endpoint:
     """litellm's batch calls against one configuration's endpoint, and its request lines."""
 
-    def __init__(self, spec: ModelSpec, system_prompt: str | None, retries: int,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
-        self.spec, self.system_prompt, self.retries, self.sleep = spec, system_prompt, retries, sleep
+    def __init__(self, spec: ModelSpec, system_prompt: str | None, retries: int) -> None:
+        self.spec, self.system_prompt, self.retries = spec, system_prompt, retries
         self.provider = provider_of(spec.model)
         self.name = f"{self.provider} {redact_url(spec.api_base) or 'default'}"  # where its batches can be retrieved
         kwargs = spec.request_kwargs()
@@ -93,7 +101,6 @@ class Endpoint:
         if isinstance(kwargs.get("extra_body"), dict):
             self.params.update(kwargs["extra_body"])
         self.model = spec.model.split("/", 1)[1] if "/" in spec.model else spec.model
-        self._price: tuple[Price | None] | None = None
 
     def line(self, key: str, prompt: str) -> bytes:
         messages = [{"role": "user", "content": prompt}]
@@ -119,12 +126,14 @@ class Endpoint:
         record["batch_id"] = batch_id
         return record
 
+    @cached_property
+    def price(self) -> Price | None:
+        return price_of(self.spec.model, self.spec.call_kwargs)
+
     def cost(self, prompt_tokens: Any, completion_tokens: Any) -> float | None:
         """USD at the batch price (litellm's table, or *_batches custom pricing); the synchronous price
         when no batch price is listed (an upper bound); None without a price."""
-        if self._price is None:
-            self._price = (price_of(self.spec.model, self.spec.call_kwargs),)
-        price = self._price[0]
+        price = self.price
         if price is None or not isinstance(prompt_tokens, int) or not isinstance(completion_tokens, int):
             return None
         cost_in = price.batch_input if price.batch_input is not None else price.input
@@ -132,29 +141,23 @@ class Endpoint:
         return prompt_tokens * cost_in + completion_tokens * cost_out
 
     async def _call(self, what: str, name: str, **kwargs: Any) -> Any:
-        """One litellm batch call, retried on transient failures like a completion."""
-        from pytest_orbench.client import _import_litellm
+        """One litellm batch call, retried on transient failures like a completion (an endpoint that
+        cannot be reached is not waited for: a poll that meets one is repeated at the next poll anyway)."""
+        call = getattr(_import_litellm(), name)
 
-        litellm = _import_litellm()
-        attempt = 0
-        while True:
+        async def attempt(_: None) -> Any:
             try:
-                return await getattr(litellm, name)(**kwargs, **self.common)
+                return await call(**kwargs, **self.common)
             except Exception as exc:  # noqa: BLE001 - mapped onto what happened, as for completions
                 # litellm's batch calls raise the OpenAI SDK's own exceptions: a rejected key by class name
                 auth = any(type(e).__name__ in ("AuthenticationError", "PermissionDeniedError") for e in _chain(exc))
                 failure = describe_failure(exc, self.spec.api_base, self.spec.timeout)
-                # An endpoint that cannot be reached (refused, DNS, TLS) is not waited for: a poll that
-                # hits one is repeated at the next poll anyway.
-                if auth or failure.unreachable or not failure.retryable or attempt >= self.retries:
-                    raise EndpointError(f"{what} failed: {self._scrub(str(failure))}", retryable=False,
-                                        fatal=auth) from None
-                await self.sleep(backoff(attempt, failure.retry_after))
-                attempt += 1
+                raise EndpointError(f"{what} failed: {scrub(self.spec, str(failure))}",
+                                    retryable=failure.retryable and not auth, retry_after=failure.retry_after,
+                                    fatal=auth, unreachable=failure.unreachable) from None
 
-    def _scrub(self, text: str) -> str:
-        key = self.spec.api_key
-        return text.replace(key, "***") if key and len(key) >= 4 else text
+        result, _, _ = await call_with_retries(attempt, None, self.retries, should_retry=lambda e: not e.unreachable)
+        return result
 
     async def submit(self, data: bytes) -> tuple[str, str, str]:
         """(batch id, input file id, status) of a new batch of these request lines."""
@@ -336,8 +339,7 @@ class BatchPhase:
             else:
                 errors.setdefault(key, line)
         for key, line in errors.items():
-            filtered = _filtered(line)
-            if filtered:
+            if _filtered(line):
                 records.append((key, {**Reply("", "content_filter").record(), "batch_id": batch_id}))
             else:
                 problems.setdefault(key, _problem(line, batch_id))

@@ -82,10 +82,10 @@ def _batches(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     from pytest_orbench.report import term_safe
-    from pytest_orbench.store import Store
+    from pytest_orbench.store import STORE_FILE, Store
 
     folder = Path(args.store)
-    if not (folder / "responses.sqlite3").is_file():
+    if not (folder / STORE_FILE).is_file():
         return _fail(f"no response store in {folder}: give the folder your runs use (--store; pytest's "
                      "--orbench-store, default .orbench in the rootdir)")
     store = Store(folder)

@@ -23,6 +23,7 @@ from pytest_orbench.spec import PROVIDER_KEYS, ModelSpec, env_refs, import_objec
 RETRY_STATUSES = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
 MAX_BACKOFF = 60.0
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class EndpointError(Exception):
@@ -222,6 +223,15 @@ def _retry_after(exc: BaseException) -> float | None:
         return None
 
 
+def scrub(spec: ModelSpec, text: str) -> str:
+    """Error text without the endpoint's key or any value read from the environment for its calls (headers)."""
+    key = spec.api_key or (os.environ.get(spec.api_key_env) if spec.api_key_env else None)
+    secrets = [key] + [os.environ.get(name) for name in env_refs(spec.call_kwargs)]
+    for secret in sorted((s for s in secrets if s and len(s) >= 4), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
 class LiteLLMCaller:
     """Calls a model through litellm.acompletion; maps its exceptions onto EndpointError."""
 
@@ -231,12 +241,7 @@ class LiteLLMCaller:
         self.litellm = _import_litellm()
 
     def _scrub(self, text: str) -> str:
-        """Error text without the key or any value read from the environment for the call (headers)."""
-        key = self.spec.api_key or (os.environ.get(self.spec.api_key_env) if self.spec.api_key_env else None)
-        secrets = [key] + [os.environ.get(name) for name in env_refs(self.spec.call_kwargs)]
-        for secret in sorted((s for s in secrets if s and len(s) >= 4), key=len, reverse=True):
-            text = text.replace(secret, "***")
-        return text
+        return scrub(self.spec, text)
 
     async def aclose(self) -> None:
         """Close litellm's cached HTTP sessions inside the loop that opened them.
@@ -405,11 +410,11 @@ def backoff(attempt: int, retry_after: float | None) -> float:
 
 
 async def call_with_retries(
-    call: Callable[[T], Awaitable[Reply]], request: T, retries: int,
+    call: Callable[[T], Awaitable[R]], request: T, retries: int,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     should_retry: Callable[[EndpointError], bool] | None = None,
-) -> tuple[Reply, int, float]:
-    """(reply, attempts, seconds) of `call(request)`. Raises the last EndpointError once retries are
+) -> tuple[R, int, float]:
+    """(result, attempts, seconds) of `call(request)`. Raises the last EndpointError once retries are
     spent, or at once when `should_retry` says the error is not worth another attempt."""
     start = time.monotonic()
     attempt = 0

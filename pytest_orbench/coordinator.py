@@ -201,7 +201,7 @@ class Coordinator:
             "configs": [(c.endpoint_spec() if c.model else None, c.system_prompt) for c in self._configs()],
             "max_age": s.store_max_age, "max_cost": s.max_cost, "judge": s.judge if self.judge.llm is not None else None,
             "judge_spec": s.judge_spec if self.judge.llm is not None else None, "jobs": jobs,
-            "batch": None if s.batch is None else vars(s.batch),
+            "batch": s.batch,
         })
 
     def _configs(self) -> list[Settings]:

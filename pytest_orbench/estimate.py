@@ -154,6 +154,7 @@ def over_limit(settings: Settings, parts: list[Part]) -> str | None:
         return (f"--orbench-max-cost {usd(settings.max_cost)} needs a price, and litellm has none for {unpriced}: set "
                 f"input_cost_per_token and output_cost_per_token (USD) in litellm_kwargs, or drop the limit\n{detail}")
     if cost > settings.max_cost:
-        return (f"this run would cost about {usd(cost)}{' (batch prices)' if batch else ''}, over --orbench-max-cost {usd(settings.max_cost)}; nothing was "
-                f"called. Sample (--orbench-sample), select fewer prompts, or raise the limit\n{detail}")
+        prices = " (batch prices)" if batch else ""
+        return (f"this run would cost about {usd(cost)}{prices}, over --orbench-max-cost {usd(settings.max_cost)}; "
+                f"nothing was called. Sample (--orbench-sample), select fewer prompts, or raise the limit\n{detail}")
     return None

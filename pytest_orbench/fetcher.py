@@ -88,7 +88,7 @@ class FetchLoop:
         """Every job ends with an outcome row, whatever happens (a crash here becomes each job's error)."""
         stop = stop or asyncio.Event()
         self.store.start_run(self.run_id, len(jobs), self.shard, self.shards)
-        self._queue = queue = asyncio.Queue[Job]()
+        queue = self._queue
         misses = [job for job in jobs if job.record is None]
         for job in jobs if self.batcher is None else [job for job in jobs if job.record is not None]:
             queue.put_nowait(job)

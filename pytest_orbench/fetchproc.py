@@ -185,10 +185,10 @@ def _run_shard(work: dict[str, Any], shard: int, shards: int, wait_for_stop: Any
     max_cost = None if work["max_cost"] is None else work["max_cost"] / shards
     batcher = None
     if work.get("batch") is not None:  # --orbench-batch (always one fetch process)
-        from pytest_orbench.batch import BatchPhase, BatchSettings, Endpoint
+        from pytest_orbench.batch import BatchPhase, Endpoint
 
         batcher = BatchPhase(store, [Endpoint(spec, system_prompt, work["retries"]) for spec, system_prompt in configs],
-                             BatchSettings(**work["batch"]), work["retries"], max_cost, work["max_age"])
+                             work["batch"], work["retries"], max_cost, work["max_age"])
     loop = FetchLoop(store, lambda config: make_caller(configs[config][1], spec=configs[config][0]),
                      run_id=work["run_id"],
                      concurrency=concurrency, retries=work["retries"], judge=judge, judge_stage=stage,

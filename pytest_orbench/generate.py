@@ -124,7 +124,7 @@ class Pipeline:
                 if exc.fatal:
                     self._fatal[ident] = str(exc)
                 return None
-        record = reply.record()
+        record: dict[str, Any] = reply.record()
         record["attempts"] = attempts
         record["seconds"] = round(seconds, 3)
         self.store.put(store_key, record)

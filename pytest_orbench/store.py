@@ -65,6 +65,7 @@ CREATE TABLE IF NOT EXISTS verdicts (  -- an offline judge's verdict on a stored
 );
 """
 KEY_VERSION = 1
+STORE_FILE = "responses.sqlite3"  # the SQLite database inside the store folder
 CACHEDIR_TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
                 "# This file is a cache directory tag created by pytest-orbench: stored endpoint replies.\n"
                 "# For information about cache directory tags, see https://bford.info/cachedir/\n")
@@ -107,7 +108,7 @@ class Store:
         if not ignore.exists():
             # Like .pytest_cache: the store is a convenience, never something to commit.
             ignore.write_text("# created by pytest-orbench\n*\n")
-        self.path = directory / "responses.sqlite3"
+        self.path = directory / STORE_FILE
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
