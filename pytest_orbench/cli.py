@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_orbench.judge import DEFAULT_JUDGE
+from pytest_orbench.spec import DEFAULT_JUDGE
 
 if TYPE_CHECKING:
     from pytest_orbench.records import ResultsDocument

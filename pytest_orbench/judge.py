@@ -333,7 +333,6 @@ class CustomJudge(_Offline):
 
 
 BUILTIN_JUDGES = ("keyword", "llm", "hybrid", "prefix")
-DEFAULT_JUDGE = "keyword"  # the plugin's, the Action's and `orbench judge-eval`'s default
 
 
 def make_judge(name: str, llm: ModelSpec | None = None) -> Judge:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from pytest_orbench.dataset import BUILTINS
-from pytest_orbench.judge import DEFAULT_JUDGE
+from pytest_orbench.spec import DEFAULT_JUDGE
 
 MAX_TRIALS = 20
 
