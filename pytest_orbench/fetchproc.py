@@ -39,14 +39,17 @@ def write_frame(stream: IO[bytes], message: Any) -> None:
 
 def read_frame(stream: IO[bytes]) -> Any:
     """The next message, or None at end of input."""
+    data = _read_raw(stream)
+    return None if data is None else pickle.loads(data)
+
+
+def _read_raw(stream: IO[bytes]) -> bytes | None:
     header = stream.read(_HEADER.size)
     if len(header) < _HEADER.size:
         return None
     (size,) = _HEADER.unpack(header)
     data = stream.read(size)
-    if len(data) < size:
-        return None
-    return pickle.loads(data)
+    return data if len(data) == size else None
 
 
 class FetchChild:
@@ -124,14 +127,22 @@ class FetchChild:
 
 
 def _child() -> int:
+    # The work is read as it comes, while litellm imports: a frame of a few thousand jobs is larger than
+    # the pipe's buffer, and the parent's write (at pytest_configure) would wait for this read, holding
+    # up pytest's collection and xdist's workers for the length of the import. Only bytes are read
+    # there: unpickling imports modules, which stays on this thread.
+    source = sys.stdin.buffer
+    received: list[bytes | None] = []
+    reader = threading.Thread(target=lambda: received.append(_read_raw(source)), name="orbench-work", daemon=True)
+    reader.start()
     # litellm first: its import (~2.5 s) runs while the parent collects.
     from pytest_orbench.client import _import_litellm, quiet_litellm, warm_up_litellm
 
     _import_litellm()
     quiet_litellm()
     warm_up_litellm()
-    source = sys.stdin.buffer
-    work = read_frame(source)
+    reader.join()  # ends with the frame or at end of input (the parent died); no thread is left to fork with
+    work = pickle.loads(received[0]) if received[0] is not None else None
     if work is None or work == ("exit",):
         os._exit(0)
     shards = int(work.get("shards", 1))
