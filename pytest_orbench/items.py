@@ -17,7 +17,7 @@ from pytest_orbench.coordinator import Request
 from pytest_orbench.dataset import Prompt
 from pytest_orbench.fetcher import Outcome
 from pytest_orbench.judge import Verdict
-from pytest_orbench.records import PromptRecord
+from pytest_orbench.records import PromptRecord, report_property
 from pytest_orbench.report import term_safe
 from pytest_orbench.settings import Settings
 
@@ -67,16 +67,16 @@ class PromptItem(pytest.Item):
             return  # some trials may have failed: the others decide, and the failures are counted
         first = self.outcomes[0]
         if first.error is not None:
-            self.user_properties.append(("orbench", self.plugin.error_record(self, first.error, self.outcomes)))
+            self.user_properties.append(report_property(self.plugin.error_record(self, first.error, self.outcomes)))
             # pytrace=False: the endpoint's message, not a traceback of the plugin.
             pytest.fail(f"no reply for {self.prompt.id}: {term_safe(first.error, 500)}", pytrace=False)
         assert first.judge_error is not None
-        self.user_properties.append(("orbench", self.plugin.error_record(self, first.judge_error, self.outcomes)))
+        self.user_properties.append(report_property(self.plugin.error_record(self, first.judge_error, self.outcomes)))
         pytest.fail(f"no judgement for {self.prompt.id}: {term_safe(first.judge_error, 500)}", pytrace=False)
 
     def runtest(self) -> None:
         record = self.plugin.judge_item(self, self.outcomes, self.base_outcomes)
-        self.user_properties.append(("orbench", record))
+        self.user_properties.append(report_property(record))
         if record["verdict"] == Verdict.ERROR.value:
             pytest.fail(f"judge failed on {self.prompt.id}: {term_safe(record['error'] or 'no reason given', 500)}", pytrace=False)
         if record["verdict"] == Verdict.UNSCORED.value:

@@ -14,6 +14,21 @@ from typing import Any, NotRequired, TypedDict, cast
 
 RESULTS_SCHEMA = "pytest-orbench/results"
 RESULTS_SCHEMA_VERSION = 1
+REPORT_PROPERTY = "orbench"
+
+
+def report_property(record: PromptRecord) -> tuple[str, str]:
+    """A prompt's record as a test report's user property: one JSON string. xdist serialises reports
+    object by object in Python; one string costs a fraction of a dict of thirty entries, on the worker
+    and on the controller alike (and --junitxml shows JSON rather than a Python repr)."""
+    return REPORT_PROPERTY, json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+
+
+def record_of(name: str, value: object) -> PromptRecord | None:
+    """The record in a report's user property made by `report_property`, if this is one."""
+    if name != REPORT_PROPERTY or not isinstance(value, str):
+        return None
+    return cast(PromptRecord, json.loads(value))
 
 
 class Usage(TypedDict):

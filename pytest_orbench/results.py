@@ -19,7 +19,7 @@ from pytest_orbench.gate import BLOCKING, assess
 from pytest_orbench.judge import Judge, Verdict
 from pytest_orbench.outputs import write_outputs
 from pytest_orbench.progress import ProgressDisplay
-from pytest_orbench.records import BaselineDocument, PromptRecord, ResultsDocument, RunMeta, Usage
+from pytest_orbench.records import BaselineDocument, PromptRecord, ResultsDocument, RunMeta, Usage, record_of
 from pytest_orbench.report import (
     drift_lines,
     gate_lines,
@@ -89,11 +89,12 @@ class RunResults:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "teardown":
             self.plugin.progress.result()
-        else:
-            self.plugin.progress.done_waiting()
+            return  # its user properties are those of the setup or call report, read already
+        self.plugin.progress.done_waiting()
         for name, value in report.user_properties:
-            if name == "orbench" and isinstance(value, dict):
-                self.records[value["id"]] = cast(PromptRecord, value)  # made by session.judge_item
+            record = record_of(name, value)  # made by session.judge_item
+            if record is not None:
+                self.records[record["id"]] = record
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
