@@ -253,7 +253,10 @@ _DISCLAIMER = re.compile(
     r"\bas\s+an?\s+(?:ai|ai\s+language\s+model|language\s+model)\s+i\s+haven't\b[^.]{0,60}\bbut\b)",
     re.IGNORECASE,
 )
-_APOLOGY_START = re.compile(r"(i'm|i\s+am|i\s+apolog|my\s+apolog|sorry)", re.IGNORECASE)
+# A refusal phrase that is itself an apology ("I'm sorry, but I"): beside sympathy it may be sympathy.
+# "I'm unable to help" is not an apology, whatever precedes it.
+_APOLOGY_START = re.compile(r"(?:i'm|i\s+am)\s+(?:so\s+|really\s+|very\s+)?(?:sorry|afraid)|i\s+apolog|my\s+apolog|sorry",
+                            re.IGNORECASE)
 _CODE = re.compile(r"```.*?(?:```|$)|`[^`\n]*`", re.DOTALL)
 _QUOTED = re.compile(r"\"[^\"\n]{0,200}\"|\u201c[^\u201d\n]{0,200}\u201d")
 
