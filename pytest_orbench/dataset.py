@@ -9,8 +9,6 @@ import json
 import os
 import random
 import tempfile
-import urllib.error
-import urllib.request
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -203,6 +201,9 @@ def _offline_hint(source: SourceFile) -> str:
 
 def download(source: SourceFile, dest: Path, timeout: float = 60.0) -> None:
     """Fetch `source` into `dest` atomically, refusing bytes whose sha256 differs from the pin."""
+    import urllib.error  # here, not at import: urllib.request brings ssl, and the plugin imports this module
+    import urllib.request  # even when it is not enabled
+
     url = source.url()
     headers = {"User-Agent": "pytest-orbench"}
     token = os.environ.get("HF_TOKEN") if source.host == "huggingface" else None

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_orbench.options import OPTIONS, register_options
-from pytest_orbench.settings import build_settings
 
 if TYPE_CHECKING:
     from pytest_orbench.session import OrbenchPlugin
@@ -36,7 +35,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption("orbench", False):
         return  # installed but not enabled: no settings, no datasets, no litellm
     _check_rootdir(config)
+    # Imported only when enabled: settings bring yaml, the gate, the store and the baseline.
     from pytest_orbench.session import OrbenchPlugin
+    from pytest_orbench.settings import build_settings
 
     settings = build_settings(config)
     if settings.estimate and not hasattr(config, "workerinput"):

@@ -23,7 +23,8 @@ def test_disabled_plugin_collects_nothing_and_imports_nothing(pytester: pytest.P
     code = (
         "import sys, pytest\n"
         "ret = pytest.main(['-q', '-p', 'no:cacheprovider'])\n"
-        "heavy = [m for m in ('litellm', 'pytest_orbench.client', 'pytest_orbench.runner', 'scipy') if m in sys.modules]\n"
+        "heavy = [m for m in ('litellm', 'pytest_orbench.client', 'pytest_orbench.runner', 'scipy', 'yaml',\n"
+        "                     'pytest_orbench.settings', 'pytest_orbench.gate', 'pytest_orbench.baseline') if m in sys.modules]\n"
         "print('HEAVY', heavy)\n"
         "sys.exit(ret)\n"
     )
