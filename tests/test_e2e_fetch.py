@@ -279,10 +279,11 @@ def test_prompts_that_may_be_deselected_are_asked_only_after_collection(
     assert stats(mock.url)["completions"] == 5
 
 
-def forked_fetch_processes() -> list[int]:
-    """Fetch processes forked by a fetch process (the second shard of a large run)."""
+def forked_fetch_processes(session: int) -> list[int]:
+    """Fetch processes forked by the fetch process of the pytest process `session` (the second shard of a
+    large run); only that session's: tests of other xdist workers run fetch processes of their own."""
     processes = fetch_processes()
-    return [pid for pid, parent in processes.items() if parent in processes]
+    return [pid for pid, parent in processes.items() if processes.get(parent) == session]
 
 
 @pytest.mark.slow
@@ -303,7 +304,7 @@ def test_a_fetch_process_killed_midway_turns_its_prompts_into_errors_at_once(
     killed = None
     deadline = time.monotonic() + 60
     while killed is None and time.monotonic() < deadline:
-        forked = forked_fetch_processes()
+        forked = forked_fetch_processes(proc.pid)
         if forked and stats(server.url)["requests"] >= 40:
             killed = forked[0]
             os.kill(killed, signal.SIGKILL)
