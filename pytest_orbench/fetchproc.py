@@ -142,7 +142,7 @@ def _child() -> int:
     quiet_litellm()
     warm_up_litellm()
     reader.join()  # ends with the frame or at end of input (the parent died); no thread is left to fork with
-    work = pickle.loads(received[0]) if received[0] is not None else None
+    work = pickle.loads(received[0]) if received and received[0] is not None else None
     if work is None or work == ("exit",):
         os._exit(0)
     shards = int(work.get("shards", 1))

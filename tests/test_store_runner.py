@@ -312,6 +312,35 @@ def test_a_fetch_child_that_dies_gives_errors_not_verdicts(tmp_path: Path) -> No
     assert outcome.error.startswith("the fetch process exited with status 1") and "KeyError" in outcome.error
 
 
+def test_sending_the_work_does_not_wait_for_the_childs_litellm_import(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The work goes out at pytest_configure; a frame of thousands of jobs is larger than the pipe's
+    buffer, and pytest (and xdist's workers) must not wait for the child's ~2 s litellm import."""
+    import threading
+
+    from pytest_orbench.fetchproc import FetchChild
+
+    fake = tmp_path / "fake" / "litellm"
+    fake.mkdir(parents=True)
+    release = tmp_path / "release"
+    # A litellm whose import lasts until the test says so (at most 60 s: nothing waits forever).
+    fake.joinpath("__init__.py").write_text(
+        f"import os, time\nend = time.monotonic() + 60\n"
+        f"while not os.path.exists({str(release)!r}) and time.monotonic() < end:\n    time.sleep(0.02)\n",
+        encoding="utf-8")
+    monkeypatch.syspath_prepend(str(fake.parent))  # the child imports what this process would
+    child = FetchChild()
+    jobs = [Job(key=f"{i:064x}", prompt="How do I kill a Python process? " * 20, index=i) for i in range(3000)]
+    sender = threading.Thread(target=child.start, args=({"store": tmp_path, "jobs": jobs},), daemon=True)
+    sender.start()
+    sender.join(timeout=20)
+    sent_during_import = not sender.is_alive()
+    release.touch()
+    sender.join(timeout=60)
+    child.stop(5)
+    assert sent_during_import, "the parent waited for the child's litellm import to send its work"
+
+
 def test_fetch_process_exits_at_once_when_its_parent_is_gone() -> None:
     import subprocess
     import sys
