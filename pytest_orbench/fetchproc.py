@@ -3,10 +3,12 @@ instead of sharing the pytest process's GIL.
 
 The parent (FetchChild) starts `python -m pytest_orbench.fetchproc` as soon as it knows a call may be
 needed (at pytest_configure, while pytest collects); the child imports litellm first, and what
-litellm's first call would import, and nothing of pytest or yaml. Once collection is done the parent
-sends one frame with what to fetch (a plain dict: store folder, run id, the endpoint's ModelSpec,
-jobs, ...), or ("exit",) when nothing needs a call. The child runs the FetchLoop, which commits
-replies and outcomes to the store; tests read them there (fetcher.Waiter).
+litellm's first call would import, and nothing of pytest or yaml. Once the prompts are known (at
+configure when nothing can deselect one, otherwise after collection) the parent sends one frame with
+what to fetch (a plain dict: store folder, run id, the endpoint's ModelSpec, jobs, ...), or ("exit",)
+when nothing needs a call; the child reads it on a thread while litellm imports, so the parent's write
+never waits for the import. The child runs the FetchLoop, which commits replies and outcomes to the
+store; tests read them there (fetcher.Waiter).
 
 A large run is split between the child and copies of it forked once the work arrives (litellm
 imported once, before any thread exists): each takes every n-th job and its part of the concurrency;
