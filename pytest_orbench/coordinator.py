@@ -71,9 +71,14 @@ def make_plan(store: Store, judge: Judge, requests: list[Request], max_age: floa
         found = store.get_many(judge_keys.values(), max_age)
         plan.judged = {k: found[v] for k, v in judge_keys.items() if v in found}
         plan.unjudged = [r for r in requests if r.key in judge_keys and r.key not in plan.judged]
-        if not offline:
-            for request in plan.unjudged:
-                plan.stored.pop(request.key, None)  # its outcome comes from the fetcher
+    return plan if offline else _fetching(plan)
+
+
+def _fetching(plan: Plan) -> Plan:
+    """A plan as a run that calls sees it: a stored reply still waiting for its judge call gets its
+    outcome from the fetcher, not from `stored`."""
+    for request in plan.unjudged:
+        plan.stored.pop(request.key, None)
     return plan
 
 
@@ -123,16 +128,21 @@ class Coordinator:
             return 1
         return MAX_SHARDS
 
-    def begin(self, requests: list[Request]) -> str | None:
+    def begin(self, requests: list[Request], preview: Plan | None = None) -> str | None:
         """After collection: plan, and in the fetching process start the calls. Returns the line
         that says what will happen (fetching process only). `requests`: every trial of every prompt,
-        under the configuration tested and then the live base (if any)."""
+        under the configuration tested and then the live base (if any). `preview`: `preview(requests)`,
+        when the caller read it already (the store is then not read again)."""
         s = self.settings
         self.store = Store(s.store)
         max_age = None if s.offline else s.store_max_age
         if not self.fetches and max_age is not None:
             max_age += GRACE  # the fetcher decided a moment ago; don't wait for what it counts as fresh
-        self.plan = plan = make_plan(self.store, self.judge, requests, max_age, offline=s.offline)
+        if preview is not None and self.fetches and not s.offline:
+            plan = _fetching(preview)  # read with the same max age, in the form offline runs keep
+        else:
+            plan = make_plan(self.store, self.judge, requests, max_age, offline=s.offline)
+        self.plan = plan
         pending = [] if s.offline else plan.misses + plan.unjudged
         self.waiter = Waiter(self.store, self.run_id, dead=self._dead if self.fetches else None, on_wait=self._waiting)
         if not self.fetches:

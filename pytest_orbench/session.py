@@ -84,7 +84,7 @@ class OrbenchPlugin:
                 plan = self.coordinator.preview(every)  # one read of the store for the check and the early start
                 self._check_max_cost(plan)
             if not self.is_worker and _selects_every_prompt(config, self.selected):
-                self._begin(every, announce=False)  # nothing can deselect a prompt: calls start while pytest collects
+                self._begin(every, announce=False, preview=plan)  # nothing can deselect a prompt: calls start now
             else:
                 self.coordinator.early(every, plan)
 
@@ -232,9 +232,10 @@ class OrbenchPlugin:
         if problem is not None:
             raise pytest.UsageError(f"pytest-orbench: {problem}")
 
-    def _begin(self, requests: list[Request], announce: bool = True) -> None:
+    def _begin(self, requests: list[Request], announce: bool = True, preview: Plan | None = None) -> None:
         """Start the fetch for these requests, once per session (at configure when every prompt is
-        certainly selected, else after collection); the line saying so is shown after collection."""
+        certainly selected, else after collection); the line saying so is shown after collection.
+        `preview`: the coordinator's preview of exactly these requests, if read already."""
         if self._begun:
             self._announce()
             return
@@ -252,7 +253,7 @@ class OrbenchPlugin:
         if not requests and self.coordinator.fetches:
             self.coordinator.stop()
             return
-        self._line = self.coordinator.begin(requests)
+        self._line = self.coordinator.begin(requests, preview)
         if announce:
             self._announce()
 
