@@ -136,9 +136,7 @@ class Endpoint:
         price = self.price
         if price is None or not isinstance(prompt_tokens, int) or not isinstance(completion_tokens, int):
             return None
-        cost_in = price.batch_input if price.batch_input is not None else price.input
-        cost_out = price.batch_output if price.batch_output is not None else price.output
-        return prompt_tokens * cost_in + completion_tokens * cost_out
+        return price.cost(prompt_tokens, completion_tokens, batch=True)
 
     async def _call(self, what: str, name: str, **kwargs: Any) -> Any:
         """One litellm batch call, retried on transient failures like a completion (an endpoint that

@@ -37,9 +37,14 @@ class Part:
 
     @property
     def cost(self) -> float | None:
+        return self.charge()
+
+    def charge(self, batch: bool = False) -> float | None:
+        """USD for these calls (`Price.cost`: with `batch`, the synchronous price where no batch price is
+        listed); None without a price."""
         if self.price is None:
             return None if self.calls else 0.0
-        return self.input_tokens * self.price.input + self.output_tokens * self.price.output
+        return self.price.cost(self.input_tokens, self.output_tokens, batch)
 
     @property
     def batch_cost(self) -> float | None:
@@ -84,7 +89,7 @@ def run_cost(parts: list[Part], batch: bool) -> float | None:
     """What the run would be charged: with --orbench-batch, the endpoint's batch price (its synchronous
     price where no batch price is listed: an upper bound) and the judge's synchronous one (judge calls
     are not batched); None when a part with calls has no known price."""
-    return _sum([p.cost if not batch or p.what == "judge" or p.batch_cost is None else p.batch_cost for p in parts])
+    return _sum([p.charge(batch and p.what != "judge") for p in parts])
 
 
 def _sum(costs: list[float | None]) -> float | None:

@@ -21,6 +21,13 @@ class Price:
     batch_output: float | None
     source: str  # "litellm_kwargs" | "litellm price table"
 
+    def cost(self, input_tokens: int, output_tokens: int, batch: bool = False) -> float:
+        """USD for these tokens; with `batch`, at the batch prices, or the synchronous ones where no
+        batch price is listed (an upper bound)."""
+        cost_in = self.batch_input if batch and self.batch_input is not None else self.input
+        cost_out = self.batch_output if batch and self.batch_output is not None else self.output
+        return input_tokens * cost_in + output_tokens * cost_out
+
 
 def price_of(model: str, litellm_kwargs: Mapping[str, Any]) -> Price | None:
     """The model's price per token: custom pricing in litellm_kwargs first, then litellm's table."""
