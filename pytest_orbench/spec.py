@@ -20,6 +20,7 @@ SECRET_WORDS = re.compile(r"key|token|secret|password|authorization|credential",
 
 DEFAULT_JUDGE = "keyword"  # the plugin's, the Action's and `orbench judge-eval`'s default judge
 
+
 def secret_name(key: str) -> bool:
     """A litellm kwarg whose value is a credential; prices (`input_cost_per_token`, litellm's custom
     pricing) are not, though they say "token"."""

@@ -207,10 +207,7 @@ class Store:
                 conn.executemany("INSERT OR REPLACE INTO verdicts (key, verdict, reason) VALUES (?, ?, ?)", rows)
 
     def put(self, key: str, record: dict[str, Any]) -> None:
-        self._conn().execute(
-            "INSERT OR REPLACE INTO responses (key, record, created) VALUES (?, ?, ?)",
-            (key, json.dumps(record, ensure_ascii=False, sort_keys=True), time.time()),
-        )
+        _put_records(self._conn(), [(key, record)])
 
     # -- a run's fetcher and outcomes ------------------------------------------------------------
     def start_run(self, run: str, total: int, shard: int = 0, shards: int = 1) -> None:
