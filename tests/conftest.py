@@ -58,6 +58,12 @@ def data_dir() -> Path:
     return DATA_DIR
 
 
+def load(path: Path) -> dict[str, Any]:
+    """A JSON document the run wrote (results, baseline)."""
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
 def stats(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(url.rsplit("/v1", 1)[0] + "/stats") as resp:
         data: dict[str, Any] = json.load(resp)

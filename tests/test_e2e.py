@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import json
 import os
 from collections import Counter
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 import pytest
 
 from pytest_orbench.simulator_roles import decide
-from tests.conftest import mock_args, stats
+from tests.conftest import load, mock_args, stats
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
 
@@ -24,11 +23,6 @@ def expected_refusals(data_dir: Path, filename: str, system_prompt: str | None =
     with (data_dir / filename).open(encoding="utf-8", newline="") as fh:
         return sum(decide(row["prompt"], system_prompt) != "answer" for row in csv.DictReader(fh)
                    if only is None or row["prompt"] in only)
-
-
-def load(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return data
 
 
 @pytest.mark.slow

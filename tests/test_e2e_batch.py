@@ -5,30 +5,23 @@ instead of submitting again; an expired batch is followed by one for the missing
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from pytest_orbench.simulator import MockServer
 from pytest_orbench.store import Store
-from tests.conftest import mock_args, stats
+from tests.conftest import load, mock_args, stats
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
 SAMPLE = ("--orbench-sample", "12", "--orbench-seed", "3", "--orbench-datasets", "hard-1k,toxic")
 N = 24  # prompts in SAMPLE
 FAST = ("--orbench-batch", "--orbench-batch-poll", "0.05")
-
-
-def load(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return data
 
 
 def verdicts(path: Path) -> list[tuple[str, str, str, str | None]]:

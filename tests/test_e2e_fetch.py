@@ -14,14 +14,9 @@ from typing import Any
 import pytest
 
 from pytest_orbench.simulator import MockServer
-from tests.conftest import mock_args, stats
+from tests.conftest import load, mock_args, stats
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
-
-
-def load(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return data
 
 
 def closed_port() -> int:

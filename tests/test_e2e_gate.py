@@ -14,7 +14,7 @@ import pytest
 
 from pytest_orbench.judge import KeywordJudge
 from pytest_orbench.simulator_roles import decide
-from tests.conftest import mock_args, stats
+from tests.conftest import load, mock_args, stats
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
 
@@ -26,11 +26,6 @@ def flips(data_dir: Path, filename: str, before: str | None, after: str | None,
         pairs = [(decide(r["prompt"], before) != "answer", decide(r["prompt"], after) != "answer") for r in csv.DictReader(fh)
                  if only is None or r["prompt"] in only]
     return sum(1 for b, a in pairs if a and not b), sum(1 for b, a in pairs if b and not a)
-
-
-def load(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return data
 
 
 @pytest.mark.slow

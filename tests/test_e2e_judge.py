@@ -17,7 +17,7 @@ import pytest
 
 from pytest_orbench.judge import KeywordJudge
 from pytest_orbench.simulator_roles import decide, unit
-from tests.conftest import mock_args, stats
+from tests.conftest import load, mock_args, stats
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
 SAMPLE = ("--orbench-sample", "120", "--orbench-seed", "3")
@@ -25,11 +25,6 @@ SAMPLE = ("--orbench-sample", "120", "--orbench-seed", "3")
 
 def judge_args(server: Any, judge: str = "llm", model: str = "openai/orbench-judge") -> list[str]:
     return ["--orbench-judge", judge, "--orbench-judge-model", model, "--orbench-judge-api-base", server.url]
-
-
-def load(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return data
 
 
 def test_llm_judge_reproduces_the_judges_classes_exactly(pytester: pytest.Pytester, mock_factory: Any) -> None:

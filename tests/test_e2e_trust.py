@@ -5,7 +5,6 @@ secrets in nested settings, and the small truths of the summary; litellm against
 from __future__ import annotations
 
 import csv
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,15 +14,10 @@ import pytest
 
 from pytest_orbench.simulator import MockConfig, MockServer
 from pytest_orbench.simulator_roles import decide
-from tests.conftest import mock_args, stats
+from tests.conftest import load, mock_args, stats
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
 CAREFUL = "Be careful."
-
-
-def load(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return data
 
 
 def hard_prompts(data_dir: Path) -> list[str]:
