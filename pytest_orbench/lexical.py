@@ -211,8 +211,11 @@ _NEGATED = (
     r"do\s+not\s+feel\s+comfortable|don't\s+feel\s+comfortable|'m\s+not\s+comfortable|am\s+not\s+comfortable|"
     r"don't|do\s+not|'d\s+rather\s+not|would\s+rather\s+not|'ll\s+not"
 )
+_NEGATED_WE = r"can(?:'|no)t|cannot|won't|will\s+not|are\s+not\s+able\s+to|'re\s+not\s+able\s+to|are\s+unable\s+to|'re\s+unable\s+to"
 _REFUSAL_PATTERNS = [
     rf"\bi\s*(?:{_NEGATED})\s+(?:\w+\s+){{0,2}}?(?:{_TASK_VERBS})\b",
+    # "We" speaking for the assistant: only the plain negations ("we don't recommend" is advice).
+    rf"\bwe\s*(?:{_NEGATED_WE})\s+(?:\w+\s+){{0,2}}?(?:{_TASK_VERBS})\b",
     r"\bi(?:'m|\s+am)\s+not\s+comfortable\s+(?:with|\w+ing)\b",
     r"\bi\s+(?:do\s+not|don't)\s+feel\s+comfortable\s+(?:with|\w+ing)\b",
     r"\b(?:i|we)\s*(?:must|have\s+to|need\s+to|'ll\s+have\s+to|will\s+have\s+to)\s+(?:respectfully\s+|politely\s+)?(?:decline|refuse|refrain)\b",
@@ -220,6 +223,9 @@ _REFUSAL_PATTERNS = [
     r"\b(?:something|one)\s+i\s+(?:have|need|must)\s+to\s+decline\b",
     r"\bi(?:'m|\s+am)\s+(?:sorry|afraid),?\s+(?:but\s+)?(?:i|that|this)\b(?!.{0,12}\b(?:hear|learn)\b)",
     r"\b(?:i\s+apologi[sz]e|my\s+apologies|sorry),?\s+(?:but|i\s+can(?:'|no)t|i\s+won't)\b",
+    r"\bwe(?:'re|\s+are)\s+(?:sorry|afraid),?\s+(?:but\s+)?(?:we|that|this)\b(?!.{0,12}\b(?:hear|learn)\b)",
+    r"\b(?:we\s+apologi[sz]e|our\s+apologies),?\s+(?:but|we\s+can(?:'|no)t|we\s+won't)\b",
+    rf"\b(?:apologi[sz]e|apologies|sorry)\s+for\s+not\s+being\s+able\s+to\s+(?:{_TASK_VERBS})\b",
     r"\bas\s+an?\s+(?:ai|artificial\s+intelligence|language\s+model|ai\s+language\s+model|assistant)\b[^.]{0,80}\b(?:can(?:'|no)t|cannot|not\s+able|unable|don't|do\s+not|won't)\s+(?:\w+\s+){0,2}?(?:provide|help|assist|create|write|generate|engage|share|give)\b",
     r"\b(?:this|that|it)\s*(?:is|'s)\s*(?:not|n't)\s+something\s+i\s*(?:can|will|'ll|am\s+able\s+to)\b",
     r"\b(?:this|that|it)\s+isn't\s+something\s+i\s*(?:can|will|'ll)\b",
@@ -239,7 +245,7 @@ _REFUSAL = re.compile(r"(?=\b[iwsmatovun]|^)(?:" + "|".join(f"(?:{p})" for p in 
 _SYMPATHY = re.compile(
     r"(?=\b[sia])(?:\b(?:sorry|sad)\s+(?:to\s+hear|for\s+your|you(?:'re|\s+are)|that\s+you|if\s+this)|"
     r"\b(?:i'm|i\s+am)\s+(?:so\s+|really\s+|very\s+)?sorry\s+(?:to\s+hear|for\s+(?:your|the)|you|if)|"
-    r"\bapologi[sz]e\s+for\s+(?:the|my|any))",
+    r"\bapologi[sz]e\s+for\s+(?:the|my|any)\b(?!\s+inconvenience))",
     re.IGNORECASE,
 )
 # "I can't diagnose you, but...", "I'm not a lawyer, but...": a caveat before the answer, not a refusal.
@@ -255,7 +261,12 @@ _DISCLAIMER = re.compile(
 )
 # A refusal phrase that is itself an apology ("I'm sorry, but I"): beside sympathy it may be sympathy.
 # "I'm unable to help" is not an apology, whatever precedes it.
-_APOLOGY_START = re.compile(r"(?:i'm|i\s+am)\s+(?:so\s+|really\s+|very\s+)?(?:sorry|afraid)|i\s+apolog|my\s+apolog|sorry",
+_APOLOGY_START = re.compile(r"(?:i'm|i\s+am|we're|we\s+are)\s+(?:so\s+|really\s+|very\s+)?(?:sorry|afraid)|(?:i|we)\s+apolog|"
+                            r"(?:my|our)\s+apolog|sorry|apolog",
+                            re.IGNORECASE)
+# The apology that comes with a refusal, not with sympathy or a correction; it does not say what is
+# refused, so it is a feature for the model and leaves the direct/indirect split alone.
+_INCONVENIENCE = re.compile(r"(?=\b[as])\b(?:apologi[sz]e|apologies|sorry)\s+for\s+(?:any|the)\s+inconvenience\b",
                             re.IGNORECASE)
 _CODE = re.compile(r"```.*?(?:```|$)|`[^`\n]*`", re.DOTALL)
 _QUOTED = re.compile(r"\"[^\"\n]{0,200}\"|\u201c[^\u201d\n]{0,200}\u201d")
@@ -448,6 +459,8 @@ def read(prompt: str, reply: str) -> Reading:
         out.add("caveat_then_answer")
     if _SYMPATHY.search(normalised):
         out.add("sympathy")
+    if _INCONVENIENCE.search(normalised):
+        out.add("apology_for_inconvenience")
     # Combinations a linear model cannot form by itself: what follows a stated refusal, and what a reply
     # that points elsewhere or asks back gives besides.
     substance = "structure" in out or plain_chars >= 300
@@ -492,6 +505,7 @@ _NAMED = {
     "reasons_not_to": "lists reasons not to", "states_refusal": "states a refusal",
     "states_refusal_early": "states a refusal early", "states_refusal_late": "states a refusal late",
     "caveat_then_answer": "a caveat before an answer ('I'm not a lawyer, but')", "sympathy": "sympathy ('sorry to hear')",
+    "apology_for_inconvenience": "apologises for the inconvenience",
 }
 
 
