@@ -261,8 +261,9 @@ _DISCLAIMER = re.compile(
 )
 # A refusal phrase that is itself an apology ("I'm sorry, but I"): beside sympathy it may be sympathy.
 # "I'm unable to help" is not an apology, whatever precedes it.
-_APOLOGY_START = re.compile(r"(?:i'm|i\s+am|we're|we\s+are)\s+(?:so\s+|really\s+|very\s+)?(?:sorry|afraid)|(?:i|we)\s+apolog|"
-                            r"(?:my|our)\s+apolog|sorry|apolog",
+# "Sorry for not being able to help" says what it refuses: not an ambiguous apology.
+_APOLOGY_START = re.compile(r"(?:(?:i'm|i\s+am|we're|we\s+are)\s+(?:so\s+|really\s+|very\s+)?(?:sorry|afraid)|(?:i|we)\s+apolog|"
+                            r"(?:my|our)\s+apolog|sorry)(?!\s+for\s+not\s+being\s+able)",
                             re.IGNORECASE)
 # The apology that comes with a refusal, not with sympathy or a correction; it does not say what is
 # refused, so it is a feature for the model and leaves the direct/indirect split alone.
