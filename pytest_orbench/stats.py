@@ -113,17 +113,29 @@ def cohen_kappa(a: list[str], b: list[str]) -> float:
 
 
 def bootstrap_kappa_ci(a: list[str], b: list[str], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap 95% interval of Cohen's kappa (items resampled; seeded, so reproducible)."""
-    import random
+    """Percentile bootstrap 95% interval of Cohen's kappa (items resampled with replacement; seeded).
 
-    rng = random.Random(seed)
+    Resampling items only changes how often each (a, b) label pair occurs, so each resample is one
+    multinomial draw over the pairs' cells and kappa follows from the cell counts: the same distribution
+    as drawing item by item, in milliseconds rather than the seconds a few thousand items took that way."""
+    import numpy as np
+
     n = len(a)
-    values = []
-    for _ in range(resamples):
-        picks = [rng.randrange(n) for _ in range(n)]
-        values.append(cohen_kappa([a[i] for i in picks], [b[i] for i in picks]))
-    values.sort()
-    return values[int(0.025 * resamples)], values[min(resamples - 1, int(0.975 * resamples))]
+    if n == 0 or n != len(b):
+        raise ValueError("kappa needs two equally long, non-empty label lists")
+    index = {label: i for i, label in enumerate(sorted(set(a) | set(b)))}
+    k = len(index)
+    cells = np.zeros(k * k)
+    for x, y in zip(a, b):
+        cells[index[x] * k + index[y]] += 1
+    shares = np.random.default_rng(seed).multinomial(n, cells / n, size=resamples).reshape(resamples, k, k) / n
+    observed = np.trace(shares, axis1=1, axis2=2)
+    expected = (shares.sum(axis=2) * shares.sum(axis=1)).sum(axis=1)
+    chance_only = expected >= 1 - 1e-12  # one label for every item, as cohen_kappa treats it
+    kappas = np.where(chance_only, np.where(observed >= 1 - 1e-12, 1.0, 0.0),
+                      (observed - expected) / np.where(chance_only, 1.0, 1 - expected))
+    kappas.sort()
+    return float(kappas[int(0.025 * resamples)]), float(kappas[min(resamples - 1, int(0.975 * resamples))])
 
 
 EXACT_SUPPORT = 4_000_000  # largest support of the exact sign-flip distribution; beyond it, Monte Carlo

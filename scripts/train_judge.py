@@ -31,8 +31,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-# The fits are small: BLAS threads would only spin beside the work (25 s of CPU instead of 20 s for
-# --loso alone, twice that beside other processes, as in the test suite). Set before numpy loads it.
+# The fits are small: BLAS threads would only spin beside the work (a quarter more CPU for --loso
+# alone, more than twice as much beside other processes, as in the test suite). Set before numpy loads it.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402

@@ -25,7 +25,7 @@ from pytest_orbench.judge import (
 )
 from pytest_orbench.judgeeval import LabeledError, evaluate, judge_examples, load_labeled
 from pytest_orbench.spec import ModelSpec
-from pytest_orbench.stats import cohen_kappa
+from pytest_orbench.stats import bootstrap_kappa_ci, cohen_kappa
 
 DEV_SET = Path(__file__).parent / "data" / "judge-dev.csv"  # traps written for the project; the keyword judge trains on them
 HOLDOUT = Path(__file__).parent / "data" / "judge-holdout.csv"  # written after keyword v3 was frozen; never trained on
@@ -137,6 +137,28 @@ def test_cohen_kappa_known_values() -> None:
     assert cohen_kappa(["r", "r", "a", "a"], ["r", "a", "a", "a"]) == pytest.approx(0.5)
     assert cohen_kappa(["r", "a"], ["r", "a"]) == 1.0
     assert cohen_kappa(["r", "a", "r", "a"], ["a", "r", "a", "r"]) == pytest.approx(-1.0)
+
+
+def test_kappa_interval_matches_resampling_item_by_item() -> None:
+    # The interval comes from multinomial draws over the label pairs' cells; resampling the items one by
+    # one (the textbook bootstrap, written out here) must give the same interval within Monte Carlo noise.
+    import random
+
+    rng = random.Random(7)
+    people = [rng.choice("abc") for _ in range(300)]
+    judge = [label if rng.random() < 0.8 else rng.choice("abc") for label in people]
+    values = []
+    for _ in range(2000):
+        picks = [rng.randrange(300) for _ in range(300)]
+        values.append(cohen_kappa([people[i] for i in picks], [judge[i] for i in picks]))
+    values.sort()
+    low, high = bootstrap_kappa_ci(people, judge)
+    assert low == pytest.approx(values[50], abs=0.015) and high == pytest.approx(values[1950], abs=0.015)
+    assert low < cohen_kappa(people, judge) < high
+    assert bootstrap_kappa_ci(people, judge) == (low, high)  # seeded: the same figures every run
+    assert bootstrap_kappa_ci(["r"] * 5, ["r"] * 5) == (1.0, 1.0)  # one label throughout, as cohen_kappa has it
+    with pytest.raises(ValueError, match="equally long"):
+        bootstrap_kappa_ci(["r"], [])
 
 
 def test_evaluate_figures_by_hand(tmp_path: Path) -> None:
