@@ -48,10 +48,11 @@ class Part:
 
     @property
     def batch_cost(self) -> float | None:
+        """USD at the batch prices only; None (with calls) when either is not listed."""
         p = self.price
         if p is None or p.batch_input is None or p.batch_output is None:
             return None if self.calls else 0.0
-        return self.input_tokens * p.batch_input + self.output_tokens * p.batch_output
+        return self.charge(batch=True)
 
 
 def count_tokens(model: str, messages: list[dict[str, str]]) -> int:
