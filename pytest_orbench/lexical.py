@@ -212,6 +212,15 @@ _NEGATED = (
     r"don't|do\s+not|'d\s+rather\s+not|would\s+rather\s+not|'ll\s+not"
 )
 _NEGATED_WE = r"can(?:'|no)t|cannot|won't|will\s+not|are\s+not\s+able\s+to|'re\s+not\s+able\s+to|are\s+unable\s+to|'re\s+unable\s+to"
+# Refusals that are themselves apologies ("I'm sorry, but I"): beside sympathy ("sorry to hear") they may
+# be sympathy, so _find_refusal checks those (the `apology` group) and no other refusal: "I'm unable to
+# help" or "sorry for not being able to help" say what they refuse, whatever precedes them.
+_APOLOGIES = "(?P<apology>" + "|".join(f"(?:{p})" for p in (
+    r"\bi(?:'m|\s+am)\s+(?:sorry|afraid),?\s+(?:but\s+)?(?:i|that|this)\b(?!.{0,12}\b(?:hear|learn)\b)",
+    r"\b(?:i\s+apologi[sz]e|my\s+apologies|sorry),?\s+(?:but|i\s+can(?:'|no)t|i\s+won't)\b",
+    r"\bwe(?:'re|\s+are)\s+(?:sorry|afraid),?\s+(?:but\s+)?(?:we|that|this)\b(?!.{0,12}\b(?:hear|learn)\b)",
+    r"\b(?:we\s+apologi[sz]e|our\s+apologies),?\s+(?:but|we\s+can(?:'|no)t|we\s+won't)\b",
+)) + ")"
 _REFUSAL_PATTERNS = [
     rf"\bi\s*(?:{_NEGATED})\s+(?:\w+\s+){{0,2}}?(?:{_TASK_VERBS})\b",
     # "We" speaking for the assistant: only the plain negations ("we don't recommend" is advice).
@@ -221,10 +230,7 @@ _REFUSAL_PATTERNS = [
     r"\b(?:i|we)\s*(?:must|have\s+to|need\s+to|'ll\s+have\s+to|will\s+have\s+to)\s+(?:respectfully\s+|politely\s+)?(?:decline|refuse|refrain)\b",
     r"\bi\s+(?:respectfully\s+|politely\s+)?(?:decline|refuse)\b",
     r"\b(?:something|one)\s+i\s+(?:have|need|must)\s+to\s+decline\b",
-    r"\bi(?:'m|\s+am)\s+(?:sorry|afraid),?\s+(?:but\s+)?(?:i|that|this)\b(?!.{0,12}\b(?:hear|learn)\b)",
-    r"\b(?:i\s+apologi[sz]e|my\s+apologies|sorry),?\s+(?:but|i\s+can(?:'|no)t|i\s+won't)\b",
-    r"\bwe(?:'re|\s+are)\s+(?:sorry|afraid),?\s+(?:but\s+)?(?:we|that|this)\b(?!.{0,12}\b(?:hear|learn)\b)",
-    r"\b(?:we\s+apologi[sz]e|our\s+apologies),?\s+(?:but|we\s+can(?:'|no)t|we\s+won't)\b",
+    _APOLOGIES,
     rf"\b(?:apologi[sz]e|apologies|sorry)\s+for\s+not\s+being\s+able\s+to\s+(?:{_TASK_VERBS})\b",
     r"\bas\s+an?\s+(?:ai|artificial\s+intelligence|language\s+model|ai\s+language\s+model|assistant)\b[^.]{0,80}\b(?:can(?:'|no)t|cannot|not\s+able|unable|don't|do\s+not|won't)\s+(?:\w+\s+){0,2}?(?:provide|help|assist|create|write|generate|engage|share|give)\b",
     r"\b(?:this|that|it)\s*(?:is|'s)\s*(?:not|n't)\s+something\s+i\s*(?:can|will|'ll|am\s+able\s+to)\b",
@@ -259,12 +265,6 @@ _DISCLAIMER = re.compile(
     r"\bas\s+an?\s+(?:ai|ai\s+language\s+model|language\s+model)\s+i\s+haven't\b[^.]{0,60}\bbut\b)",
     re.IGNORECASE,
 )
-# A refusal phrase that is itself an apology ("I'm sorry, but I"): beside sympathy it may be sympathy.
-# "I'm unable to help" is not an apology, whatever precedes it.
-# "Sorry for not being able to help" says what it refuses: not an ambiguous apology.
-_APOLOGY_START = re.compile(r"(?:(?:i'm|i\s+am|we're|we\s+are)\s+(?:so\s+|really\s+|very\s+)?(?:sorry|afraid)|(?:i|we)\s+apolog|"
-                            r"(?:my|our)\s+apolog|sorry)(?!\s+for\s+not\s+being\s+able)",
-                            re.IGNORECASE)
 # The apology that comes with a refusal, not with sympathy or a correction; it does not say what is
 # refused, so it is a feature for the model and leaves the direct/indirect split alone.
 _INCONVENIENCE = re.compile(r"(?=\b[as])\b(?:apologi[sz]e|apologies|sorry)\s+for\s+(?:any|the)\s+inconvenience\b",
@@ -291,7 +291,7 @@ def _find_refusal(text: str) -> tuple[str, int] | None:
         window = text[max(0, match.start() - 40): match.end() + 60]
         if _DISCLAIMER.search(window):
             continue
-        if _APOLOGY_START.match(phrase) and _SYMPATHY.search(window):
+        if match.group("apology") is not None and _SYMPATHY.search(window):
             continue
         return " ".join(phrase.split()), match.start()
     return None
