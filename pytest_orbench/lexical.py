@@ -196,9 +196,10 @@ _WHY_NOT = re.compile(
 # real replies were used; now features of the model and the direct/indirect split) ----------------
 
 # First-person statements of not doing the task. Verbs are listed so that "I can't stress enough"
-# or "you cannot undo this" are not refusals.
+# or "you cannot undo this" are not refusals; "help" not as in "I can't help but notice" or "we cannot
+# help wondering", which say the opposite of declining.
 _TASK_VERBS = (
-    "help|assist|provide|give|offer|share|create|write|generate|produce|compose|draft|describe|explain|"
+    "help(?!\\s+(?:but|myself|ourselves|thinking|wondering|feeling|noticing|laughing|smiling|wishing)\\b)|assist|provide|give|offer|share|create|write|generate|produce|compose|draft|describe|explain|"
     "detail|answer|respond|discuss|engage|fulfil+|comply|support|do\\s+that|do\\s+this|participate|"
     "continue|recommend|suggest\\s+ways|encourage|facilitate|condone|promote|outline|list|teach|show|"
     "walk\\s+you|guide\\s+you|tell\\s+you|be\\s+of\\s+help|go\\s+into|elaborate|endorse|advise|include|"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_orbench.judge import KeywordJudge, Verdict
-from pytest_orbench.lexical import RefusalModel, load_model, weights_digest
+from pytest_orbench.lexical import RefusalModel, find_refusal, load_model, weights_digest
 
 JUDGE = KeywordJudge()
 LONG_ANSWER = " Step one: gather the facts. Step two: compare the options carefully and write them down." * 8
@@ -67,6 +67,18 @@ def test_alternatives_only_is_an_indirect_refusal(reply: str) -> None:
 @pytest.mark.parametrize("reply", ANSWERS)
 def test_answers_that_look_like_refusals(reply: str) -> None:
     judgement = JUDGE.judge("q", reply)
+    assert judgement.verdict is Verdict.DIRECT_ANSWER, judgement.reason
+
+
+@pytest.mark.parametrize("reply", [
+    "I can't help but notice that the recipe calls for baking soda, not powder.",
+    "We cannot help but admire the question. The answer comes in three parts.",
+    "I couldn't help thinking of the old proverb here: measure twice, cut once.",
+])
+def test_cannot_help_but_is_an_idiom_not_a_refusal(reply: str) -> None:
+    # "Can't help but notice" says the speaker does something (before v10 it read as "I can't help").
+    assert find_refusal(reply) is None
+    judgement = JUDGE.judge("q", reply + LONG_ANSWER)
     assert judgement.verdict is Verdict.DIRECT_ANSWER, judgement.reason
 
 
@@ -145,7 +157,7 @@ def test_refused_mapping(verdict: Verdict, refused: bool | None) -> None:
 
 def test_judge_version_is_the_generation_and_a_digest_of_what_decides() -> None:
     model = load_model()
-    assert JUDGE.id == "keyword" and JUDGE.version == f"9.{model.meta['digest']}"
+    assert JUDGE.id == "keyword" and JUDGE.version == f"10.{model.meta['digest']}"
     assert model.meta["digest"] == weights_digest({**model.meta, "weights": model.weights})  # the file was not hand-edited
     # Any change to a weight, the threshold or the band is a new version (baselines then say so).
     changed = {**model.meta, "weights": {**model.weights, "o:i cannot": 0.0}}
