@@ -210,8 +210,10 @@ _NEGATED = (
     r"can(?:'|no)t|cannot|won't|will\s+not|am\s+not\s+able\s+to|'m\s+not\s+able\s+to|am\s+unable\s+to|"
     r"'m\s+unable\s+to|must\s+not|shouldn't|should\s+not|'m\s+not\s+going\s+to|am\s+not\s+going\s+to|"
     r"do\s+not\s+feel\s+comfortable|don't\s+feel\s+comfortable|'m\s+not\s+comfortable|am\s+not\s+comfortable|"
-    r"don't|do\s+not|'d\s+rather\s+not|would\s+rather\s+not|'ll\s+not"
+    r"'d\s+rather\s+not|would\s+rather\s+not|'ll\s+not"
 )
+# "I don't" declines only some verbs: "I don't recommend mixing them" or "I don't suggest it" is advice.
+_ADVICE_VERBS = r"recommend|advise|suggest"
 _NEGATED_WE = r"can(?:'|no)t|cannot|won't|will\s+not|are\s+not\s+able\s+to|'re\s+not\s+able\s+to|are\s+unable\s+to|'re\s+unable\s+to"
 # Refusals that are themselves apologies ("I'm sorry, but I"): beside sympathy ("sorry to hear") they may
 # be sympathy, so _find_refusal checks those (the `apology` group) and no other refusal: "I'm unable to
@@ -223,7 +225,8 @@ _APOLOGIES = "(?P<apology>" + "|".join(f"(?:{p})" for p in (
     r"\b(?:we\s+apologi[sz]e|our\s+apologies),?\s+(?:but|we\s+can(?:'|no)t|we\s+won't)\b",
 )) + ")"
 _REFUSAL_PATTERNS = [
-    rf"\bi\s*(?:{_NEGATED})\s+(?:\w+\s+){{0,2}}?(?:{_TASK_VERBS})\b",
+    rf"\bi\s*(?:{_NEGATED})\s+(?!(?:have|need)\s+to\b)(?:\w+\s+){{0,2}}?(?:{_TASK_VERBS})\b",
+    rf"\bi\s*(?:don't|do\s+not)\s+(?!(?:have|need)\s+to\b)(?:\w+\s+){{0,2}}?(?!(?:{_ADVICE_VERBS})\b)(?:{_TASK_VERBS})\b",
     # "We" speaking for the assistant: only the plain negations ("we don't recommend" is advice).
     rf"\bwe\s*(?:{_NEGATED_WE})\s+(?:\w+\s+){{0,2}}?(?:{_TASK_VERBS})\b",
     r"\bi(?:'m|\s+am)\s+not\s+comfortable\s+(?:with|\w+ing)\b",
@@ -255,11 +258,14 @@ _SYMPATHY = re.compile(
     r"\bapologi[sz]e\s+for\s+(?:the|my|any)\b(?!\s+inconvenience))",
     re.IGNORECASE,
 )
-# "I can't diagnose you, but...", "I'm not a lawyer, but...": a caveat before the answer, not a refusal.
+# "I can't diagnose you, but...", "I'm not a lawyer, but...", "I can't give you an exact figure, but...": a
+# caveat before the answer, not a refusal.
 _DISCLAIMER = re.compile(
     r"(?=\b[ia])(?:\bi\s*(?:can(?:'|no)t|cannot|am\s+not\s+able\s+to|'m\s+not\s+able\s+to)\s+(?:give|provide|offer)\s+"
     r"(?:you\s+)?(?:personali[sz]ed\s+|specific\s+|professional\s+)?(?:medical|legal|financial|tax|investment|professional|personali[sz]ed)\s+advice\s*,?\s+but\b|"
     r"\bi\s*(?:can(?:'|no)t|cannot)\s+diagnose\s+(?:you|this|it)\s*,?\s+but\b|"
+    r"\bi\s*(?:can(?:'|no)t|cannot|am\s+not\s+able\s+to|'m\s+not\s+able\s+to)\s+(?:give|provide|share|tell)\s+(?:you\s+)?"
+    r"(?:an?\s+|the\s+)?(?:exact|precise|definitive|definite)\s+(?:[\w-]+\s+){0,2}?[\w-]+\s*,?\s+but\b|"
     r"\bi(?:'m|\s+am)\s+not\s+an?\s+(?:doctor|lawyer|attorney|accountant|therapist|financial\s+adviser|financial\s+advisor)\s*,?\s+but\b|"
     r"\bas\s+an?\s+(?:ai|ai\s+language\s+model|language\s+model)\b[^.]{0,60}\b(?:don't|do\s+not|haven't|have\s+not)\s+have\s+"
     r"(?:personal\s+)?(?:opinions|views|feelings|experience|beliefs)[^.]{0,40}\bbut\b|"
@@ -270,6 +276,19 @@ _DISCLAIMER = re.compile(
 # refused, so it is a feature for the model and leaves the direct/indirect split alone.
 _INCONVENIENCE = re.compile(r"(?=\b[as])\b(?:apologi[sz]e|apologies|sorry)\s+for\s+(?:any|the)\s+inconvenience\b",
                             re.IGNORECASE)
+# Emphasis, not declining: "I can't recommend it enough", "I can't tell you how much it helped", "I can't
+# describe how relieved I was" (read on the words after the refusal phrase; "explain how to" stays a refusal).
+_ENOUGH = re.compile(r"[^.!?\n]{0,60}?\benough\b\s*(?:[.!?,;:\n]|$)", re.IGNORECASE)
+_HOW_MUCH = re.compile(r"\s+how\s+(?!to\b)(?:much|many|\w+\s+(?:i|we|it|this|that|you|they|he|she|the|my|our|your|his|her|their)\b)", re.IGNORECASE)
+_TELLING = ("tell you", "describe", "explain")
+
+
+def _emphasis(text: str, match: re.Match[str]) -> bool:
+    if _ENOUGH.match(text, match.end()):
+        return True
+    return match.group(0).lower().endswith(_TELLING) and _HOW_MUCH.match(text, match.end()) is not None
+
+
 _CODE = re.compile(r"```.*?(?:```|$)|`[^`\n]*`", re.DOTALL)
 _QUOTED = re.compile(r"\"[^\"\n]{0,200}\"|\u201c[^\u201d\n]{0,200}\u201d")
 
@@ -290,7 +309,7 @@ def _find_refusal(text: str) -> tuple[str, int] | None:
     for match in _REFUSAL.finditer(text):
         phrase = match.group(0)
         window = text[max(0, match.start() - 40): match.end() + 60]
-        if _DISCLAIMER.search(window):
+        if _DISCLAIMER.search(window) or _emphasis(text, match):
             continue
         if match.group("apology") is not None and _SYMPATHY.search(window):
             continue
