@@ -101,7 +101,7 @@ _OFFERS = frozenset({"cue:instead", "cue:refer"})  # features meaning "offers so
 class KeywordJudge(_Offline):
     """Stance words and the reply's shape, weighed by a model fitted to human labels; offline and free.
 
-    v11: `lexical.features` reads the reply (closed stance vocabulary, position, length, advice and
+    v12: `lexical.features` reads the reply (closed stance vocabulary, position, length, advice and
     referral sentences, relation to the request) and the shipped logistic model turns them into
     P(refusal) (`scripts/train_judge.py`; figures per source and leave-one-source-out in
     docs/judges.md). At or above the model's threshold the reply is a refusal: direct when it declines in
