@@ -158,8 +158,11 @@ def make_handler(config: MockConfig, state: MockState) -> type[BaseHTTPRequestHa
 
         def _authorized(self) -> bool:
             if config.api_key is not None and self.headers.get("Authorization") != f"Bearer {config.api_key}":
-                self._json(401, {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error",
-                                           "code": "invalid_api_key"}})
+                # Echoes the key it was given, as some gateways and proxies do (OpenAI masks the middle):
+                # the client must keep it out of every message, file and report.
+                given = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+                self._json(401, {"error": {"message": f"Incorrect API key provided: {given}",
+                                           "type": "invalid_request_error", "code": "invalid_api_key"}})
                 return False
             return True
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_orbench.client import EndpointError, Reply, backoff, call_with_retries
+from pytest_orbench.client import EndpointError, Reply, backoff, call_with_retries, scrub
 from pytest_orbench.fetcher import FetchLoop, Job, Waiter
+from pytest_orbench.spec import ModelSpec
 from pytest_orbench.store import Store, response_key
 
 
@@ -347,3 +348,15 @@ def test_fetch_process_exits_at_once_when_its_parent_is_gone() -> None:
 
     proc = subprocess.run([sys.executable, "-m", "pytest_orbench.fetchproc"], input=b"", capture_output=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout == b""
+
+
+def test_scrub_removes_keys_litellm_reads_by_itself_and_secret_named_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A gateway that echoes the key it was given: the key came from OPENAI_API_KEY (read by litellm, not by us)
+    # or from a variable only a header or proxy uses; neither may reach an error text.
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-proj-SUPERSECRET1234")
+    monkeypatch.setenv("GATEWAY_TOKEN", "gw-0123456789abcdef")
+    monkeypatch.setenv("ORBENCH_TRACE", "verbose-tracing")  # not named like a secret: left alone
+    text = "401 Incorrect API key provided: sk-proj-SUPERSECRET1234 (gateway gw-0123456789abcdef), verbose-tracing"
+    scrubbed = scrub(ModelSpec("openai/gpt-4o-mini"), text)
+    assert "SUPERSECRET" not in scrubbed and "gw-0123" not in scrubbed
+    assert scrubbed == "401 Incorrect API key provided: *** (gateway ***), verbose-tracing"
