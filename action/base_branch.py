@@ -1,8 +1,9 @@
 """`compare-with: base-branch`: the live base configuration from the pull request's base branch.
 
 Run by action.yml before pytest: reads, with git, the base branch's version of the system-prompt
-file and of orbench.yaml (model, system_prompt / system_prompt_file), writes the base system prompt to
-a file, and prints the pytest arguments for the live base, NUL-separated, on stdout. What it found
+file and of orbench.yaml (model, api_base, temperature, max_tokens, system_prompt / system_prompt_file),
+writes the base system prompt to a file, and prints the pytest arguments for the live base,
+NUL-separated, on stdout. What it found
 goes to a JSON file the Report step adds to the PR comment. A file absent on the base branch means
 "no system prompt" there, and the comment says so.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -21,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from pytest_orbench.options import BY_KEY
 
 
 class BaseBranchError(RuntimeError):
@@ -50,6 +54,15 @@ def show(ref: str, path: str) -> str | None:
     return proc.stdout if proc.returncode == 0 else None
 
 
+def _flags(pytest_args: str) -> set[str]:
+    """The long options named in the job's pytest-args (`--flag value` or `--flag=value`)."""
+    try:
+        words = shlex.split(pytest_args)
+    except ValueError:
+        words = pytest_args.split()
+    return {w.split("=", 1)[0] for w in words if w.startswith("--")}
+
+
 def base_arguments(env: Mapping[str, str], temp: Path) -> tuple[list[str], dict[str, Any]]:
     base_ref = env.get("GITHUB_BASE_REF", "").strip()
     if not base_ref:
@@ -70,6 +83,21 @@ def base_arguments(env: Mapping[str, str], temp: Path) -> tuple[list[str], dict[
     if isinstance(model, str) and model:
         args.append(f"--orbench-base-model={model}")
         info["model"] = model
+    api_base = env.get("ORBENCH_API_BASE") or config.get("api_base")
+    if isinstance(api_base, str) and api_base:
+        args.append(f"--orbench-base-api-base={api_base}")
+    # Sampling parameters as the base branch sets them (or their defaults there), unless pytest-args sets
+    # them for the whole job: a pull request that only raises the temperature must show up as a difference.
+    flags = _flags(env.get("ORBENCH_PYTEST_ARGS", ""))
+    for key in ("temperature", "max_tokens"):
+        flag = f"--orbench-{key.replace('_', '-')}"
+        if flag in flags:
+            continue
+        value = config.get(key, BY_KEY[key].default)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            args.append(f"--orbench-base-{key.replace('_', '-')}={value}")
+            if key in config:
+                info.setdefault("params", {})[key] = value
     prompt_file = env.get("ORBENCH_SYSTEM_PROMPT_FILE")
     text: str | None = None
     if prompt_file:

@@ -20,10 +20,16 @@ def build_body(results: ResultsDocument, config_id: str, max_chars: int = GITHUB
     return head + render_markdown_within(results, max_chars - len(head))
 
 
+def notice_body(config_id: str, text: str) -> str:
+    """The comment when there are no results to show (the run failed before writing them)."""
+    return f"{marker(config_id)}\n### OR-Bench over-refusal check: ⚠️ **inconclusive**: {text}\n"
+
+
 def changed(results: ResultsDocument) -> bool:
-    """For comment: on-change: anything a reviewer should see."""
+    """For comment: on-change: anything a reviewer should see (the live base's own note is not a change)."""
     gate = results.get("gate")
-    if gate is None or gate["verdict"] != "pass" or results.get("changes"):
+    changes = [c for c in results.get("changes", []) if c.get("what") != "live base"]
+    if gate is None or gate["verdict"] != "pass" or changes:
         return True
     blocks = [s["comparison"] for s in results["datasets"].values() if "comparison" in s]
     return any(b["newly_refused"] or b["newly_answered"] for b in blocks)
@@ -38,16 +44,18 @@ def find(comments: list[dict[str, Any]], config_id: str, login: str) -> dict[str
     return None
 
 
-def upsert(github: GitHub, number: int, results: ResultsDocument, config_id: str, mode: str) -> tuple[str, str | None]:
-    """('created' | 'updated' | 'skipped', comment URL). Raises GitHubError when GitHub refuses."""
+def upsert(github: GitHub, number: int, results: ResultsDocument | None, config_id: str, mode: str,
+           notice: str = "no results") -> tuple[str, str | None]:
+    """('created' | 'updated' | 'skipped', comment URL). Raises GitHubError when GitHub refuses.
+    Without results, the comment says `notice` (and replaces whatever verdict it showed before)."""
     if mode == "never":
         return "skipped", None
     existing = find(github.comments(number), config_id, github.viewer_login())
-    if existing is None and mode == "on-change" and not changed(results):
+    if existing is None and mode == "on-change" and results is not None and not changed(results):
         return "skipped", None
     limit = GITHUB_LIMIT
     while True:
-        body = build_body(results, config_id, limit)
+        body = build_body(results, config_id, limit) if results is not None else notice_body(config_id, notice)
         try:
             if existing is not None:
                 comment = github.update_comment(int(existing["id"]), body)

@@ -64,6 +64,7 @@ def base_branch_note(path: str | None) -> dict[str, str] | None:
         return None
     info = json.loads(Path(path).read_text(encoding="utf-8"))
     parts = [f"model {info['model']}" if info.get("model") else "",
+             *(f"{key} {value}" for key, value in (info.get("params") or {}).items()),
              f"system prompt from {info['system_prompt_from']}" if info.get("system_prompt_from") else "",
              *info.get("notes", [])]
     return {"what": "live base", "baseline": f"origin/{info['base_ref']}", "current": "this pull request",
@@ -77,14 +78,41 @@ def _set_outputs(values: Mapping[str, str]) -> None:
             gha.set_output(name, value)
 
 
-def _no_results(settings: ActionSettings) -> int:
-    message = (f"pytest --orbench wrote no results (exit code {settings.pytest_exit_code}); "
-               "see the previous step's log for the usage error or crash")
+def _no_results(settings: ActionSettings, github_factory: Callable[[ActionSettings], GitHub] | None) -> int:
+    if settings.run_failure:
+        message = f"{settings.run_failure}, so nothing was run or compared; see the Run step's error above"
+    else:
+        message = (f"pytest --orbench wrote no results (exit code {settings.pytest_exit_code}), so nothing was "
+                   "compared; see the Run step's log for the usage error or crash")
     gha.error(message, title="pytest-orbench")
-    _set_outputs({"verdict": "inconclusive", "results-path": ""})
+    values = {"verdict": "inconclusive", "results-path": "", "comment-url": ""}
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         gha.append_job_summary(f"### OR-Bench over-refusal check: ⚠️ **inconclusive**\n\n{message}\n")
+    # An earlier verdict on the pull request (perhaps a pass) must not stand for this run.
+    values["comment-url"] = _comment(settings, github_factory, None, message) or ""
+    _set_outputs(values)
     return 1 if settings.fail_on_regression else 0
+
+
+def _comment(settings: ActionSettings, github_factory: Callable[[ActionSettings], GitHub] | None,
+             results: ResultsDocument | None, notice: str = "") -> str | None:
+    """Create or update the PR comment; its URL (None when none was posted). GitHub's refusal is a warning."""
+    if settings.pr_number is None:
+        if settings.comment != "never":
+            gha.notice("not a pull request event: no PR comment", title="pytest-orbench")
+        return None
+    if settings.comment == "never":
+        return None
+    github = (github_factory or (lambda s: GitHub(s.api_url, s.token, s.repository)))(settings)
+    try:
+        action, url = upsert(github, settings.pr_number, results, settings.config_id, settings.comment, notice)
+    except GitHubError as exc:
+        # A fork's read-only token (403) must not turn a passing check red: the gate decides.
+        gha.warning(f"could not post the PR comment ({exc}); the job result reflects the gate only. "
+                    "For fork PRs, see docs/action.md (workflow_run pattern).", title="pytest-orbench")
+        return None
+    print(f"pytest-orbench: PR comment {action}{': ' + url if url else ''}")
+    return url
 
 
 def main(env: Mapping[str, str] | None = None, github_factory: Callable[[ActionSettings], GitHub] | None = None) -> int:
@@ -93,9 +121,10 @@ def main(env: Mapping[str, str] | None = None, github_factory: Callable[[ActionS
         settings = from_env(env)
     except ActionSettingsError as exc:
         gha.error(str(exc), title="pytest-orbench")
+        _set_outputs({"verdict": "inconclusive"})
         return 1
     if not settings.results_path.is_file():
-        return _no_results(settings)
+        return _no_results(settings, github_factory)
     try:
         results = load_results(settings.results_path)
     except ResultsError as exc:
@@ -119,19 +148,7 @@ def main(env: Mapping[str, str] | None = None, github_factory: Callable[[ActionS
         failed = "; ".join(f"{c['name']}: {c['message']}" for c in results["gate"]["checks"] if c["outcome"] != "pass")
         gha.error(f"OR-Bench gate {verdict}: {failed}", title="pytest-orbench", file=settings.system_prompt_file)
 
-    if settings.pr_number is None:
-        if settings.comment != "never":
-            gha.notice("not a pull request event: no PR comment", title="pytest-orbench")
-    elif settings.comment != "never":
-        github = (github_factory or (lambda s: GitHub(s.api_url, s.token, s.repository)))(settings)
-        try:
-            action, url = upsert(github, settings.pr_number, results, settings.config_id, settings.comment)
-            values["comment-url"] = url or ""
-            print(f"pytest-orbench: PR comment {action}{': ' + url if url else ''}")
-        except GitHubError as exc:
-            # A fork's read-only token (403) must not turn a passing check red: the gate decides.
-            gha.warning(f"could not post the PR comment ({exc}); the job result reflects the gate only. "
-                        "For fork PRs, see docs/action.md (workflow_run pattern).", title="pytest-orbench")
+    values["comment-url"] = _comment(settings, github_factory, results) or ""
     _set_outputs(values)
     print(f"pytest-orbench: verdict {verdict}")
     return 1 if verdict in BLOCKING and settings.fail_on_regression else 0

@@ -5,11 +5,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 COMMENT_MODES = ("always", "on-change", "never")
+COMPARE_MODES = ("baseline", "base-branch")
+# What the Run step reports instead of pytest's exit code when it stopped before pytest ran.
+RUN_FAILURES = {"input": "an input is invalid", "base-branch": "the base branch could not be read"}
 
 
 class ActionSettingsError(ValueError):
@@ -28,6 +32,7 @@ class ActionSettings:
     system_prompt_file: str | None
     pytest_exit_code: int | None
     token: str | None = field(default=None, repr=False)
+    run_failure: str | None = None  # why the Run step stopped before pytest (RUN_FAILURES), if it did
 
 
 def _bool(name: str, value: str) -> bool:
@@ -50,10 +55,26 @@ def pull_request_number(event_path: str | None) -> int | None:
     return int(number) if number is not None else None
 
 
-def from_env(env: Mapping[str, str] = os.environ) -> ActionSettings:
+def _comment_mode(env: Mapping[str, str]) -> str:
     comment = env.get("ORBENCH_COMMENT", "always").strip() or "always"
     if comment not in COMMENT_MODES:
         raise ActionSettingsError(f"input comment must be one of {', '.join(COMMENT_MODES)}, got {comment!r}")
+    return comment
+
+
+def check_inputs(env: Mapping[str, str]) -> bool:
+    """The Run step's check, before any endpoint call: every input the Action reads itself is valid.
+    Returns use-conftest."""
+    _comment_mode(env)
+    _bool("fail-on-regression", env.get("ORBENCH_FAIL_ON_REGRESSION", "true"))
+    compare = env.get("ORBENCH_COMPARE_WITH", "baseline").strip() or "baseline"
+    if compare not in COMPARE_MODES:
+        raise ActionSettingsError(f"input compare-with must be one of {', '.join(COMPARE_MODES)}, got {compare!r}")
+    return _bool("use-conftest", env.get("ORBENCH_USE_CONFTEST", "false"))
+
+
+def from_env(env: Mapping[str, str] = os.environ) -> ActionSettings:
+    comment = _comment_mode(env)
     results = env.get("ORBENCH_RESULTS_PATH", "")
     if not results:
         raise ActionSettingsError("ORBENCH_RESULTS_PATH is not set (action.yml sets it)")
@@ -73,4 +94,13 @@ def from_env(env: Mapping[str, str] = os.environ) -> ActionSettings:
         system_prompt_file=env.get("ORBENCH_SYSTEM_PROMPT_FILE") or None,
         pytest_exit_code=int(exit_code) if exit_code.lstrip("-").isdigit() else None,
         token=env.get("GITHUB_TOKEN") or None,
+        run_failure=RUN_FAILURES.get(exit_code),
     )
+
+
+if __name__ == "__main__":  # action.yml's Run step: python -P action/settings.py prints use-conftest
+    try:
+        print("true" if check_inputs(os.environ) else "false")
+    except ActionSettingsError as exc:
+        print(f"::error title=pytest-orbench::{' '.join(str(exc).split())}", file=sys.stderr)
+        sys.exit(1)

@@ -101,6 +101,10 @@ OPTIONS: tuple[Option, ...] = (
            "the run's)", "--orbench-base-system-prompt-file", ini=False),
     Option("base_api_base", "str", None, "live base: endpoint base URL (default: --orbench-api-base when the model "
            "is the same)", "--orbench-base-api-base", ini=False),
+    Option("base_temperature", "float", None, "live base: sampling temperature (default: the run's)",
+           "--orbench-base-temperature", ini=False),
+    Option("base_max_tokens", "int", None, "live base: max tokens per reply (default: the run's)",
+           "--orbench-base-max-tokens", ini=False),
     Option("generate", "dict", None, "settings of `orbench generate` (YAML only; ignored by pytest)", ini=False),
 )
 BY_KEY = {o.key: o for o in OPTIONS}

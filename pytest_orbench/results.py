@@ -57,6 +57,8 @@ def _spend(paid: list[tuple[float | None, Usage | None]]) -> dict[str, Any]:
     }
 
 
+LIVE_BASE_IDENTICAL = ("the live base is the run's own configuration (nothing differs: model, endpoint, parameters and "
+                       "system prompt are the same), so nothing was compared")
 _BASE_ONLY = ("fetched", "served_model", "system_fingerprint", "base_cost", "base_usage")
 _IDENTITY = ("id", "dataset", "category", "expected", "prompt_sha256", "prompt")
 
@@ -138,7 +140,19 @@ class RunResults:
                 results["drift"] = drift(self.plugin.baseline, base_results, s.gate.alpha)
         run["compared_with"] = ("live base" if s.base is not None else
                                 f"baseline file {s.baseline}" if self.plugin.baseline is not None else None)
+        identical = s.base is not None and not run.get("base", {}).get("differs")
+        if identical:
+            # The base asks exactly what the run asks (same model, endpoint, parameters and system prompt):
+            # its replies are the run's own, so a comparison would check the run against itself.
+            reference = None
+            run["compared_with"] = None
         self.results = assess(results, reference, s.gate)
+        if identical:
+            gate = self.results["gate"]
+            if gate["verdict"] == "ungated":
+                gate["note"] = LIVE_BASE_IDENTICAL
+            else:  # absolute limits were checked; no regression was
+                gate["warnings"].insert(0, LIVE_BASE_IDENTICAL)
         if s.update_baseline and s.baseline is not None:
             reason = self._incomplete(session, exitstatus, records)
             self.results["run"]["baseline_update"] = {"path": str(s.baseline), "written": reason is None, "reason": reason}

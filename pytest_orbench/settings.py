@@ -467,7 +467,8 @@ BASE_KEYS = ("model", "api_base", "api_key_env", "system_prompt", "system_prompt
 def _base(values: dict[str, Any], bases: dict[str, Path], head: Settings) -> Settings | None:
     """The live base: the run's own configuration with what `base:` and --orbench-base-* change."""
     block = values["base"]
-    cli = {k: values[f"base_{k}"] for k in ("model", "system_prompt_file", "api_base") if values[f"base_{k}"] is not None}
+    cli = {k: values[f"base_{k}"] for k in ("model", "system_prompt_file", "api_base", "temperature", "max_tokens")
+           if values[f"base_{k}"] is not None}
     if block is None and not cli:
         return None
     block = dict(block or {})
@@ -516,7 +517,7 @@ def _base(values: dict[str, Any], bases: dict[str, Path], head: Settings) -> Set
         raise _fail(f"{where.get('temperature', 'base.temperature')} must be between 0 and 2, got {temperature}")
     max_tokens = int(block.get("max_tokens", head.max_tokens))
     if max_tokens < 1:
-        raise _fail(f"base.max_tokens must be at least 1, got {max_tokens}")
+        raise _fail(f"{where.get('max_tokens', 'base.max_tokens')} must be at least 1, got {max_tokens}")
     same_key = same_model and head.target is None and api_key_env == head.api_key_env
     api_key = head.api_key if same_key else None
     if not head.offline and not same_key:

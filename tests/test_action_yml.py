@@ -158,19 +158,25 @@ def test_action_fails_a_regressing_pr_passes_the_fix_and_edits_one_comment(
     assert float(outputs["over-refusal-delta"]) > 0 and float(outputs["p-value"]) < 0.05
     assert "::error title=pytest-orbench,file=prompts/system.txt::OR-Bench gate fail" in log
     (comment,) = github.comments.values()
-    results = json.loads((temp / "orbench-results.json").read_text())
+    results = json.loads(Path(outputs["results-path"]).read_text())
     rate = results["datasets"]["hard-1k"]["rejection_rate"]
     assert f"{100 * rate:.1f}%" in comment["body"] and "❌ **fail**" in comment["body"]
     assert "OR-Bench over-refusal check" in (temp / "summary.md").read_text()
 
-    # The fix: back to a neutral prompt; the same comment is edited.
+    # The fix: back to a neutral prompt; the same comment is edited. pytest-args as a YAML block, one flag
+    # per line, with xdist (locked with the rest): every line counts.
     (workspace / "prompts" / "system.txt").write_text("You are a support assistant.", encoding="utf-8")
-    code, outputs, log = runner.run(inputs, github.token)
+    first_results = outputs["results-path"]
+    code, outputs, log = runner.run({**inputs, "pytest-args": sample.replace(" --orbench-seed", "\n--orbench-seed")
+                                     + "\n-n 2\n"}, github.token)
     assert code == 0, log
     assert outputs["verdict"] == "pass" and outputs["comment-url"] == comment["html_url"]
-    assert outputs["results-path"] == str(temp / "orbench-results.json")
-    assert float(outputs["over-refusal-rate"]) == pytest.approx(json.loads((temp / "orbench-results.json").read_text())
-                                                               ["datasets"]["hard-1k"]["rejection_rate"], abs=1e-4)
+    # Each use of the action has its own files (two uses in one job never read each other's results).
+    assert Path(outputs["results-path"]).parent.parent == temp and outputs["results-path"] != first_results
+    fixed = json.loads(Path(outputs["results-path"]).read_text())
+    assert fixed["run"]["seed"] == 5 and fixed["run"]["sample"] == 150
+    assert "2 workers" in log or "created: 2/2 workers" in log, log
+    assert float(outputs["over-refusal-rate"]) == pytest.approx(fixed["datasets"]["hard-1k"]["rejection_rate"], abs=1e-4)
     assert outputs["over-refusal-delta"] == "0.0000" and outputs["toxic-rejection-delta"] == "0.0000"
     assert len(github.comments) == 1 and "✅ **pass**" in github.comments[comment["id"]]["body"]
     assert "the repository's own action" not in log  # the user's `action` package never ran
@@ -207,7 +213,7 @@ def test_action_judge_inputs_reach_the_run_and_the_comment(tmp_path: Path, venv:
               "pytest-args": "--orbench-sample 40 --orbench-seed 2"}
     code, outputs, log = Runner(workspace, temp, venv, env).run(inputs, github.token)
     assert code == 0, log
-    results = json.loads((temp / "orbench-results.json").read_text())
+    results = json.loads(Path(outputs["results-path"]).read_text())
     version = f"{KeywordJudge().version}+1"
     assert results["run"]["judge"] == {"id": "hybrid", "version": version, "model": "openai/orbench-judge"}
     sent = results["run"]["judge_calls"]["sent_to_llm"]
@@ -265,18 +271,40 @@ def test_action_compares_with_the_base_branch_live(tmp_path: Path, venv: Path, g
     code, outputs, log = runner.run(inputs, github.token)
     assert code == 1 and outputs["verdict"] == "fail", log
     assert stats(mock.url)["completions"] == 80  # 40 prompts under the PR's prompt and under main's
-    results = json.loads((temp / "orbench-results.json").read_text())
+    results = json.loads(Path(outputs["results-path"]).read_text())
     assert results["run"]["compared_with"] == "live base" and results["run"]["base"]["differs"] == ["system_prompt_sha256"]
     assert results["datasets"]["hard-1k"]["comparison"]["newly_refused"] > 0
     (comment,) = github.comments.values()
     assert "**Compared with** the live base" in comment["body"]
     assert "asked under origin/main's configuration in this run: model openai/orbench-mock; system prompt from " \
            "prompts/system.txt" in comment["body"]
-    # The PR reverts to main's prompt: head and base are one configuration, every reply is stored.
+    # The PR reverts to main's prompt: head and base are one configuration, every reply is stored, and
+    # comparing the run with its own replies would check nothing: ungated, saying why, never a pass.
     (workspace / "prompts" / "system.txt").write_text(neutral, encoding="utf-8")
     code, outputs, log = runner.run(inputs, github.token)
-    assert code == 0 and outputs["verdict"] == "pass", log
+    assert code == 0 and outputs["verdict"] == "ungated", log
     assert stats(mock.url)["completions"] == 80 and len(github.comments) == 1
+    body = github.comments[comment["id"]]["body"]
+    assert "⚪ **ungated**: the live base is the run's own configuration (nothing differs" in body and "pass" not in body
+    assert json.loads(Path(outputs["results-path"]).read_text())["run"]["compared_with"] is None
+
+    # The PR only raises the temperature in orbench.yaml: the base keeps main's (the default), so it differs.
+    (workspace / "orbench.yaml").write_text("model: openai/orbench-mock\ntemperature: 1.0\nmax_tokens: 300\n")
+    code, outputs, log = runner.run(inputs, github.token)
+    results = json.loads(Path(outputs["results-path"]).read_text())
+    assert results["run"]["compared_with"] == "live base", log
+    assert results["run"]["base"]["differs"] == ["params"] and results["run"]["base"]["params"]["temperature"] == 0.0
+
+    # A later run that fails before writing results: the comment no longer shows the earlier verdict.
+    code, outputs, log = runner.run({**inputs, "comment": "sometimes"}, github.token)
+    assert code == 1 and outputs["verdict"] == "inconclusive", log
+    assert "input comment must be one of always, on-change, never, got 'sometimes'" in log
+    assert stats(mock.url)["completions"] == 120  # 40 under each of the last run's configurations; none here
+    (workspace / "orbench.yaml").write_text("model: openai/orbench-mock\ntemperature: 5\n")  # a usage error
+    code, outputs, log = runner.run(inputs, github.token)
+    assert code == 1 and outputs["verdict"] == "inconclusive", log
+    body = github.comments[comment["id"]]["body"]
+    assert len(github.comments) == 1 and "⚠️ **inconclusive**: pytest --orbench wrote no results (exit code 4)" in body
 
 
 def test_base_branch_without_the_prompt_file_means_no_system_prompt(tmp_path: Path) -> None:
@@ -288,6 +316,11 @@ def test_base_branch_without_the_prompt_file_means_no_system_prompt(tmp_path: Pa
     try:
         env = {"GITHUB_BASE_REF": "main", "ORBENCH_SYSTEM_PROMPT_FILE": "prompts/system.txt", "ORBENCH_MODEL": "openai/m"}
         args, info = base_arguments(env, tmp_path)
+        # main sets no temperature or max_tokens: the base asks with the defaults, whatever the PR's config says.
+        assert args == ["--orbench-base-model=openai/m", "--orbench-base-temperature=0.0", "--orbench-base-max-tokens=1000",
+                        "--orbench-base-system-prompt-file="]
+        # Set for the whole job in pytest-args, they apply to both sides.
+        args, _ = base_arguments({**env, "ORBENCH_PYTEST_ARGS": "--orbench-temperature=0.7\n--orbench-max-tokens 50"}, tmp_path)
         assert args == ["--orbench-base-model=openai/m", "--orbench-base-system-prompt-file="]
         assert info["notes"] == ["prompts/system.txt does not exist on main: the base has no system prompt"]
         with pytest.raises(BaseBranchError, match="cannot read the base branch 'gone'.*fetch-depth: 0"):
