@@ -50,7 +50,8 @@ def upsert(github: GitHub, number: int, results: ResultsDocument | None, config_
     Without results, the comment says `notice` (and replaces whatever verdict it showed before)."""
     if mode == "never":
         return "skipped", None
-    existing = find(github.comments(number), config_id, github.viewer_login())
+    login = github.viewer_login()
+    existing = find(github.comments(number), config_id, login)
     if existing is None and mode == "on-change" and results is not None and not changed(results):
         return "skipped", None
     limit = GITHUB_LIMIT
@@ -60,7 +61,7 @@ def upsert(github: GitHub, number: int, results: ResultsDocument | None, config_
             if existing is not None:
                 comment = github.update_comment(int(existing["id"]), body)
                 return "updated", comment.get("html_url")
-            comment = github.create_comment(number, body)
+            comment = github.create_comment(number, body, lambda comments: find(comments, config_id, login))
             return "created", comment.get("html_url")
         except GitHubError as exc:
             # 422: the body was still too long for GitHub (it counts differently); shorten by

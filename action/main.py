@@ -107,9 +107,12 @@ def _comment(settings: ActionSettings, github_factory: Callable[[ActionSettings]
     try:
         action, url = upsert(github, settings.pr_number, results, settings.config_id, settings.comment, notice)
     except GitHubError as exc:
-        # A fork's read-only token (403) must not turn a passing check red: the gate decides.
-        gha.warning(f"could not post the PR comment ({exc}); the job result reflects the gate only. "
-                    "For fork PRs, see docs/action.md (workflow_run pattern).", title="pytest-orbench")
+        # No failure to comment turns a passing check red: the gate decides. The fork hint only where
+        # a fork's read-only token is the cause, not for an outage or a rate limit.
+        fork = exc.token_cannot_write or (exc.status == 404 and settings.from_fork)
+        gha.warning(f"could not post the PR comment ({exc}); the job result reflects the gate only."
+                    + (" For fork PRs, see docs/action.md (workflow_run pattern)." if fork else ""),
+                    title="pytest-orbench")
         return None
     print(f"pytest-orbench: PR comment {action}{': ' + url if url else ''}")
     return url

@@ -31,6 +31,7 @@ class ActionSettings:
     config_id: str
     system_prompt_file: str | None
     pytest_exit_code: int | None
+    from_fork: bool = False
     token: str | None = field(default=None, repr=False)
     run_failure: str | None = None  # why the Run step stopped before pytest (RUN_FAILURES), if it did
 
@@ -53,6 +54,16 @@ def pull_request_number(event_path: str | None) -> int | None:
     if number is None and (event.get("issue") or {}).get("pull_request"):
         number = event["issue"].get("number")
     return int(number) if number is not None else None
+
+
+def from_fork(event_path: str | None) -> bool:
+    """Whether the pull request's head is in another repository (its token is read-only there)."""
+    if not event_path or not Path(event_path).is_file():
+        return False
+    pull = json.loads(Path(event_path).read_text(encoding="utf-8")).get("pull_request") or {}
+    # Not head.repo.fork: a branch of a repository that is itself a fork has a writable token.
+    head, base = ((pull.get(side) or {}).get("repo") or {} for side in ("head", "base"))
+    return bool(head.get("full_name") and base.get("full_name") and head["full_name"] != base["full_name"])
 
 
 def _comment_mode(env: Mapping[str, str]) -> str:
@@ -93,6 +104,7 @@ def from_env(env: Mapping[str, str] = os.environ) -> ActionSettings:
         config_id=hashlib.sha256(identity.encode()).hexdigest()[:12],
         system_prompt_file=env.get("ORBENCH_SYSTEM_PROMPT_FILE") or None,
         pytest_exit_code=int(exit_code) if exit_code.lstrip("-").isdigit() else None,
+        from_fork=from_fork(env.get("GITHUB_EVENT_PATH")),
         token=env.get("GITHUB_TOKEN") or None,
         run_failure=RUN_FAILURES.get(exit_code),
     )

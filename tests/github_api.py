@@ -5,13 +5,27 @@ from __future__ import annotations
 import json
 import re
 import threading
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 
+@dataclass
+class Failure:
+    """What the next matching requests get instead of an answer; `after`: the request is carried out
+    first (GitHub created the comment, then its proxy answered 502)."""
+
+    status: int
+    body: Any = None  # a str is sent as it is (an HTML error page), anything else as JSON
+    headers: dict[str, str] = field(default_factory=dict)
+    method: str | None = None
+    after: bool = False
+
+
 class FakeGitHub:
-    """Issue comments with real pagination (Link headers), a read-only mode and a body-size limit."""
+    """Issue comments with real pagination (Link headers), a read-only mode, a body-size limit and
+    injected failures (`fail_next`)."""
 
     def __init__(self, repository: str = "acme/bot", token: str = "ghs_test_token_123") -> None:
         self.repository = repository
@@ -22,6 +36,8 @@ class FakeGitHub:
         self.max_body = 65536
         self.requests: list[tuple[str, str, str]] = []  # method, path, body
         self.authorizations: list[str | None] = []
+        self.failures: list[Failure] = []
+        self.lock = threading.Lock()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -29,9 +45,10 @@ class FakeGitHub:
                 pass
 
             def _send(self, status: int, data: Any, headers: dict[str, str] | None = None) -> None:
-                body = json.dumps(data).encode()
+                html = isinstance(data, str)
+                body = data.encode() if html else json.dumps(data).encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", "text/html" if html else "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 for k, v in (headers or {}).items():
                     self.send_header(k, v)
@@ -46,7 +63,13 @@ class FakeGitHub:
                 if self.headers.get("Authorization") != f"Bearer {outer.token}":
                     self._send(401, {"message": "Bad credentials"})
                     return
-                outer.route(self, method, raw)
+                failure = outer._failure(method)
+                if failure is None:
+                    outer.route(self, method, raw)
+                    return
+                if failure.after:
+                    outer.route(_Unanswered(self.path), method, raw)
+                self._send(failure.status, failure.body, failure.headers)
 
             def do_GET(self) -> None:
                 self._handle("GET")
@@ -67,6 +90,19 @@ class FakeGitHub:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+    def fail_next(self, count: int, status: int, body: Any = None, headers: dict[str, str] | None = None,
+                  method: str | None = None, after: bool = False) -> None:
+        """Answer the next `count` requests (of `method`, if given) with this status, body and headers."""
+        body = {"message": f"HTTP {status}"} if body is None else body
+        self.failures += [Failure(status, body, dict(headers or {}), method, after) for _ in range(count)]
+
+    def _failure(self, method: str) -> Failure | None:
+        with self.lock:
+            for i, failure in enumerate(self.failures):
+                if failure.method in (None, method):
+                    return self.failures.pop(i)
+        return None
 
     def add_comment(self, number: int, body: str, login: str) -> dict[str, Any]:
         self.next_id += 1
@@ -120,3 +156,13 @@ class FakeGitHub:
             handler._send(200, comment)
             return
         handler._send(404, {"message": "Not Found"})
+
+
+class _Unanswered:
+    """Stands in for the handler when a request is carried out but its answer is replaced by a failure."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def _send(self, *args: Any) -> None:
+        pass

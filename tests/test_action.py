@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from action.comment import marker
+from action.github import GitHub, GitHubError
 from action.main import main
-from action.settings import from_env
+from action.settings import ActionSettings, from_env
 from pytest_orbench.baseline import baseline_document
 from pytest_orbench.gate import assess, parse_gate
 from tests.github_api import FakeGitHub
@@ -104,6 +106,8 @@ def test_read_only_token_is_a_warning_not_a_failure(env: dict[str, str], github:
     assert main() == 0
     stdout = capsys.readouterr().out
     assert "::warning title=pytest-orbench::could not post the PR comment (GitHub API 403" in stdout
+    assert "For fork PRs, see docs/action.md" in stdout
+    assert [m for m, _, _ in github.requests].count("POST") == 1  # a refusal, not retried
     assert outputs(env)["verdict"] == "pass" and outputs(env)["comment-url"] == ""
     write(env, regressed())
     assert main() == 1  # still the gate's result
@@ -194,3 +198,122 @@ def test_ungated_run_is_said_plainly_and_does_not_fail_the_job(env: dict[str, st
     (comment,) = github.comments.values()
     assert "⚪ **ungated**: no baseline, no limits: rates only" in comment["body"] and "**pass**" not in comment["body"]
     assert "ungated" in Path(env["GITHUB_STEP_SUMMARY"]).read_text(encoding="utf-8")
+
+
+HTML_502 = "<html><head><title>502 Bad Gateway</title></head><body><h1>502 Bad Gateway</h1></body></html>"
+
+
+def client(waits: list[float], real: bool = False) -> Callable[[ActionSettings], GitHub]:
+    """The Action's own client with its waits recorded; slept only when `real` (backoff is not waited out)."""
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        if real:
+            time.sleep(seconds)
+    return lambda s: GitHub(s.api_url, s.token, s.repository, sleep=sleep)
+
+
+def methods(github: FakeGitHub) -> list[str]:
+    return [m for m, _, _ in github.requests]
+
+
+def test_a_server_error_is_retried_and_the_comment_still_updated(env: dict[str, str], github: FakeGitHub,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    write(env, regressed())
+    assert main() == 1
+    (comment,) = github.comments.values()
+    github.requests.clear()
+    github.fail_next(1, 500, {"message": "Server Error"}, method="PATCH")
+    write(env, unchanged())
+    waits: list[float] = []
+    assert main(github_factory=client(waits)) == 0
+    assert "✅ **pass**" in comment["body"] and len(github.comments) == 1  # not left with the old verdict
+    assert methods(github).count("PATCH") == 2 and len(waits) == 1 and 0.5 <= waits[0] <= 1
+    stdout = capsys.readouterr().out
+    assert "PR comment updated" in stdout and "::warning" not in stdout
+
+
+def test_bad_gateway_pages_are_retried_and_one_comment_created(env: dict[str, str], github: FakeGitHub,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    github.fail_next(2, 502, HTML_502, method="POST")
+    write(env, regressed())
+    waits: list[float] = []
+    assert main(github_factory=client(waits)) == 1
+    (comment,) = github.comments.values()
+    assert "❌ **fail**" in comment["body"] and outputs(env)["comment-url"] == comment["html_url"]
+    # Each 502 was followed by a fresh look for our comment before posting again.
+    assert methods(github).count("POST") == 3 and len(waits) == 2
+    assert "PR comment created" in capsys.readouterr().out
+
+
+def test_a_comment_created_behind_a_failure_is_not_posted_twice(env: dict[str, str], github: FakeGitHub,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    github.fail_next(1, 502, HTML_502, method="POST", after=True)  # created, then the proxy answered 502
+    write(env, regressed())
+    assert main(github_factory=client([])) == 1
+    (comment,) = github.comments.values()
+    assert methods(github).count("POST") == 1 and outputs(env)["comment-url"] == comment["html_url"]
+    assert "PR comment created" in capsys.readouterr().out
+
+
+def test_a_primary_rate_limit_is_waited_out(env: dict[str, str], github: FakeGitHub,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    reset = int(time.time()) + 1
+    github.fail_next(1, 403, {"message": "API rate limit exceeded for installation ID 1."}, method="POST",
+                     headers={"X-RateLimit-Limit": "1000", "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": str(reset)})
+    write(env, unchanged())
+    waits: list[float] = []
+    assert main(github_factory=client(waits, real=True)) == 0
+    assert time.time() >= reset and len(waits) == 1 and 0 <= waits[0] <= 1
+    assert len(github.comments) == 1 and methods(github).count("POST") == 2  # turned away, so safe to resend
+    assert "::warning" not in capsys.readouterr().out
+
+
+def test_a_lasting_outage_gives_up_and_says_so_without_blaming_forks(env: dict[str, str], github: FakeGitHub,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    github.fail_next(10, 500, {"message": f"Server Error (Bearer {github.token})"}, method="POST")
+    write(env, unchanged())
+    waits: list[float] = []
+    assert main(github_factory=client(waits)) == 0  # the gate's result
+    assert not github.comments and methods(github).count("POST") == 4 and len(waits) == 3
+    stdout = capsys.readouterr().out
+    assert "could not post the PR comment (GitHub API 500: Server Error (Bearer ***), after 4 attempts)" in stdout
+    assert "fork" not in stdout.lower() and github.token not in stdout
+
+
+@pytest.mark.parametrize("fork", [True, False])
+def test_a_404_blames_forks_only_on_a_fork(env: dict[str, str], github: FakeGitHub, fork: bool,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    head = "someone/bot" if fork else github.repository
+    Path(env["GITHUB_EVENT_PATH"]).write_text(json.dumps({"pull_request": {
+        "number": 7, "head": {"repo": {"full_name": head}}, "base": {"repo": {"full_name": github.repository}}}}))
+    github.fail_next(1, 404, {"message": "Not Found"}, method="POST")
+    write(env, unchanged())
+    assert main(github_factory=client([])) == 0
+    stdout = capsys.readouterr().out
+    assert "could not post the PR comment (GitHub API 404: Not Found)" in stdout
+    assert ("For fork PRs, see docs/action.md" in stdout) is fork and methods(github).count("POST") == 1
+
+
+@pytest.mark.parametrize(("status", "body", "headers", "waits"), [
+    (401, {"message": "Bad credentials"}, {}, []),
+    (404, {"message": "Not Found"}, {}, []),
+    (422, {"message": "Validation Failed"}, {}, []),
+    (403, {"message": "Resource not accessible by integration"}, {}, []),
+    (403, {"message": "API rate limit exceeded"}, {"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "9999999999"}, []),
+    (403, {"message": "You have exceeded a secondary rate limit."}, {"Retry-After": "3"}, [3.0]),
+    (403, {"message": "You have exceeded a secondary rate limit."}, {"Retry-After": "600"}, []),
+    (429, {"message": "Too Many Requests"}, {"Retry-After": "2"}, [2.0]),
+])
+def test_what_is_retried(github: FakeGitHub, status: int, body: dict[str, str], headers: dict[str, str],
+                         waits: list[float]) -> None:
+    slept: list[float] = []
+    client = GitHub(github.url, github.token, github.repository, sleep=slept.append)
+    github.fail_next(1, status, body, headers)
+    if waits:
+        assert client.request("GET", f"/repos/{github.repository}/issues/7/comments")[0] == []
+    else:
+        with pytest.raises(GitHubError) as caught:
+            client.request("GET", f"/repos/{github.repository}/issues/7/comments")
+        assert caught.value.status == status and caught.value.attempts == 1
+        assert "resets in" in str(caught.value) or "X-RateLimit-Reset" not in headers
+    assert slept == waits and len(github.requests) == 1 + len(waits)
