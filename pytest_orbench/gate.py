@@ -39,12 +39,18 @@ class GateConfig:
         return self.datasets.get(name, DatasetLimits())
 
 
-def _number(value: Any, where: str, low: float, high: float) -> float:
+def _number(value: Any, where: str, low: float, high: float, strict: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise GateConfigError(f"{where} must be a number, got {value!r}")
-    if not low <= value <= high:
-        raise GateConfigError(f"{where} must be between {low:g} and {high:g}, got {value!r}")
+    if not low <= value <= high or (strict and value in (low, high)):
+        raise GateConfigError(f"{where} must be between {low:g} and {high:g}{' (exclusive)' if strict else ''}, "
+                              f"got {value!r}")
     return float(value)
+
+
+def _limit(key: str, value: Any, where: str, ranges: dict[str, tuple[float, float]]) -> float:
+    # alpha is a probability strictly inside (0, 1): 0 could never reject and 1 always would.
+    return _number(value, where, *ranges[key], strict=key == "alpha")
 
 
 def parse_gate(data: dict[str, Any] | None, overrides: dict[str, float | None] | None = None) -> GateConfig:
@@ -56,12 +62,12 @@ def parse_gate(data: dict[str, Any] | None, overrides: dict[str, float | None] |
     datasets: dict[str, DatasetLimits] = {}
     for key, value in data.items():
         if key in GLOBAL_KEYS:
-            values[key] = _number(value, f"gate.{key}", *ranges[key])
+            values[key] = _limit(key, value, f"gate.{key}", ranges)
         elif isinstance(value, dict):
             unknown = sorted(set(value) - DATASET_KEYS)
             if unknown:
                 raise GateConfigError(f"gate.{key}: unknown key(s) {unknown}; allowed: {sorted(DATASET_KEYS)}")
-            datasets[str(key)] = DatasetLimits(**{k: _number(v, f"gate.{key}.{k}", *ranges[k]) for k, v in value.items()})
+            datasets[str(key)] = DatasetLimits(**{k: _limit(k, v, f"gate.{key}.{k}", ranges) for k, v in value.items()})
         else:
             raise GateConfigError(
                 f"gate.{key}: expected one of {sorted(GLOBAL_KEYS)} or a dataset name with a mapping of "
@@ -69,7 +75,7 @@ def parse_gate(data: dict[str, Any] | None, overrides: dict[str, float | None] |
             )
     for key, value in (overrides or {}).items():
         if value is not None:
-            values[key] = _number(value, f"--orbench-{key.replace('_', '-')}", *ranges[key])
+            values[key] = _limit(key, value, f"--orbench-{key.replace('_', '-')}", ranges)
     return GateConfig(datasets=datasets, **values)
 
 
@@ -177,6 +183,26 @@ def _decide_regressions(checks: list[GateCheck]) -> None:
             f"({comparison['regressed']} regressed, {comparison['improved']} improved), tolerance {tolerance:.1f} pp, "
             f"one-sided {comparison.get('test', 'exact McNemar')} p = {p:.3g}{holm_text} (alpha {alpha:g})"
         )
+        # A check that could not fail is not a check: with n paired prompts the smallest one-sided p is
+        # 0.5 ** n (every one regressed), so below log2(1/alpha) prompts no regression can be detected.
+        n = comparison["n"]
+        if 0.5 ** n >= alpha:
+            check["outcome"] = "inconclusive"
+            check["message"] = (
+                ("no prompt of this run is in the baseline: nothing was compared" if n == 0 else
+                 f"only {n} paired prompt{'s' if n != 1 else ''}: even if every one regressed, p would be "
+                 f"{0.5 ** n:.3g} >= alpha {alpha:g}, so no regression could be detected")
+                + "; run the baseline's prompts (the same datasets, sample size and seed)")
+
+
+def mark_stopped(gate: GateResult, reason: str) -> None:
+    """A run that stopped early (-x, --maxfail, Ctrl-C, a crash) checked only what ran: its verdict is
+    inconclusive, never a pass or ungated (a regression already found still fails)."""
+    gate["checks"].insert(0, _check("run completed", "", "completeness", None, 1.0, "inconclusive",
+                                    f"{reason}: the prompts that did not run were not checked"))
+    if gate["verdict"] != "fail":
+        gate["verdict"], gate["passed"] = "inconclusive", False
+        gate.pop("note", None)
 
 
 def assess(results: ResultsDocument, baseline: BaselineDocument | None, config: GateConfig) -> ResultsDocument:

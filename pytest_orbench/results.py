@@ -15,7 +15,7 @@ import pytest
 
 from pytest_orbench.baseline import BaselineError, baseline_document, drift, load_baseline, save_baseline
 from pytest_orbench.dataset import Dataset
-from pytest_orbench.gate import BLOCKING, assess
+from pytest_orbench.gate import BLOCKING, assess, mark_stopped
 from pytest_orbench.judge import Judge, Verdict
 from pytest_orbench.outputs import write_outputs
 from pytest_orbench.progress import ProgressDisplay
@@ -147,6 +147,9 @@ class RunResults:
             reference = None
             run["compared_with"] = None
         self.results = assess(results, reference, s.gate)
+        stopped = self._stopped(session, exitstatus, len(records))
+        if stopped:
+            mark_stopped(self.results["gate"], stopped)
         if identical:
             gate = self.results["gate"]
             if gate["verdict"] == "ungated":
@@ -162,16 +165,24 @@ class RunResults:
                       markdown_max_chars=s.markdown_max_chars)
         self._set_exit_status(session, records)
 
+    def _stopped(self, session: pytest.Session, exitstatus: int, ran: int) -> str | None:
+        """Why the run ended before its selected prompts were done (None: it did not)."""
+        total = sum(len(d.prompts) for d in self.plugin.datasets)
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            return f"the run was interrupted after {ran} of {total} prompts"
+        if exitstatus == pytest.ExitCode.INTERNAL_ERROR:
+            return f"the run crashed (internal error) after {ran} of {total} prompts"
+        if session.shouldstop or session.shouldfail:
+            return f"the run stopped early ({session.shouldfail or session.shouldstop}) after {ran} of {total} prompts"
+        return None
+
     def _incomplete(self, session: pytest.Session, exitstatus: int, records: list[PromptRecord]) -> str | None:
         """Why this run may not become a baseline (None: it may). A baseline is only ever a complete,
         trustworthy run: every selected prompt answered, within the error budget, not a sample of a
         full baseline, not interrupted."""
-        if exitstatus == pytest.ExitCode.INTERRUPTED:
-            return "the run was interrupted"
-        if exitstatus == pytest.ExitCode.INTERNAL_ERROR:
-            return "the run crashed (internal error)"
-        if session.shouldstop or session.shouldfail:
-            return f"the run stopped early ({session.shouldfail or session.shouldstop})"
+        stopped = self._stopped(session, exitstatus, len(records))
+        if stopped:
+            return stopped
         total = sum(len(d.prompts) for d in self.plugin.datasets)
         if len(records) < total:
             return (f"only {len(records)} of the run's {total} prompts ran (-k/-m deselection, -x or an interruption); "

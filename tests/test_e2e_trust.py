@@ -99,12 +99,35 @@ def test_interrupted_run_never_writes_or_changes_a_baseline(pytester: pytest.Pyt
     interrupted = pytester.runpytest_subprocess(*mock_args(mock, *common, "--orbench-update-baseline",
                                                            "--orbench-refresh", "--orbench-json", "r.json"))
     assert interrupted.ret == pytest.ExitCode.INTERRUPTED
-    interrupted.stdout.fnmatch_lines(["baseline NOT written: the run was interrupted; *b.json is unchanged"])
+    interrupted.stdout.fnmatch_lines(["baseline NOT written: the run was interrupted after * prompts; *b.json is unchanged"])
     assert (pytester.path / "b.json").read_bytes() == before
     assert load(pytester.path / "r.json")["run"]["baseline_update"]["written"] is False
+    # 15 of 40 prompts compared: the verdict says so, never a pass.
+    assert load(pytester.path / "r.json")["gate"]["verdict"] == "inconclusive"
+    interrupted.stdout.fnmatch_lines(["orbench gate: INCONCLUSIVE",
+                                      "*INCONCLUSIVE: run completed: the run was interrupted after * of 40 prompts*"])
     fresh = pytester.runpytest_subprocess(*mock_args(mock, "--orbench-sample", "20", "--orbench-baseline", "new.json",
                                                      "--orbench-update-baseline", "--orbench-refresh"))
     assert fresh.ret == pytest.ExitCode.INTERRUPTED and not (pytester.path / "new.json").exists()
+
+
+@pytest.mark.slow
+def test_a_run_stopped_by_x_is_inconclusive_not_a_pass(pytester: pytest.Pytester, mock: Any) -> None:
+    common = ("--orbench-sample", "20", "--orbench-seed", "5", "--orbench-baseline", "b.json")
+    assert pytester.runpytest(*mock_args(mock, *common, "--orbench-update-baseline")).ret == 0
+    # One failure in the 10th test (any failure: an endpoint error within the budget did it for a user) under -x.
+    pytester.makeconftest("""
+        SEEN = []
+        def pytest_runtest_call(item):
+            SEEN.append(item)
+            if len(SEEN) == 10:
+                raise RuntimeError("boom")
+    """)
+    stopped = pytester.runpytest(*mock_args(mock, *common, "-x", "--orbench-json", "r.json"))
+    assert stopped.ret == pytest.ExitCode.TESTS_FAILED
+    stopped.stdout.fnmatch_lines(["orbench gate: INCONCLUSIVE", "*INCONCLUSIVE: run completed: the run stopped early "
+                                  "(stopping after 1 failures) after 9 of 40 prompts*"])
+    assert load(pytester.path / "r.json")["gate"]["verdict"] == "inconclusive"
 
 
 @pytest.mark.slow

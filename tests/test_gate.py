@@ -90,6 +90,41 @@ def test_absolute_limits_and_error_budget() -> None:
     assert evaluate(errored, parse_gate({"error_budget": 0.05}))["verdict"] == "ungated"  # within budget, nothing gated
 
 
+def test_a_check_that_could_not_fail_is_inconclusive_never_a_pass() -> None:
+    # A sample drawn with another seed shares few or no prompts with the baseline: with n paired prompts the
+    # smallest one-sided p is 0.5 ** n, so at alpha 0.05 four or fewer can never show a regression.
+    now = make_results({"hard-1k": [True] * 40 + [False] * 60})
+    few = baseline_document(make_results({"hard-1k": [False] * 4}))
+    gate = assess(now, few, parse_gate({}))["gate"]
+    (check,) = [c for c in gate["checks"] if c["kind"] == "regression"]
+    assert gate["verdict"] == "inconclusive" and check["outcome"] == "inconclusive"
+    assert check["message"].startswith("only 4 paired prompts: even if every one regressed, p would be 0.0625 >= alpha 0.05")
+    none = baseline_document(make_results({"hard-1k": [False] * 10}))
+    for prompt in none["prompts"]:
+        prompt["id"] = "other-" + prompt["id"]
+    gate = assess(make_results({"hard-1k": [False] * 10}), none, parse_gate({}))["gate"]
+    assert gate["verdict"] == "inconclusive"
+    assert "no prompt of this run is in the baseline: nothing was compared" in gate["checks"][-1]["message"]
+    five = baseline_document(make_results({"hard-1k": [False] * 5}))  # 0.5 ** 5 < 0.05: a real check
+    assert assess(make_results({"hard-1k": [False] * 5}), five, parse_gate({}))["gate"]["verdict"] == "pass"
+
+
+def test_a_run_that_stopped_early_is_inconclusive_unless_it_already_failed() -> None:
+    from pytest_orbench.gate import mark_stopped
+
+    base = baseline_document(make_results({"hard-1k": [False] * 200}))
+    results = assess(make_results({"hard-1k": [False] * 200}), base, parse_gate({}))
+    mark_stopped(results["gate"], "the run stopped early (stopping after 1 failures) after 65 of 200 prompts")
+    assert results["gate"]["verdict"] == "inconclusive" and not results["gate"]["passed"]
+    assert results["gate"]["checks"][0]["name"] == "run completed"
+    failed = assess(make_results({"hard-1k": [True] * 8 + [False] * 192}), base, parse_gate({}))
+    mark_stopped(failed["gate"], "the run was interrupted after 120 of 200 prompts")
+    assert failed["gate"]["verdict"] == "fail"
+    ungated = assess(make_results({"hard-1k": [False] * 20}), None, parse_gate({}))
+    mark_stopped(ungated["gate"], "the run was interrupted after 20 of 200 prompts")
+    assert ungated["gate"]["verdict"] == "inconclusive" and "note" not in ungated["gate"]
+
+
 def test_sampled_run_warns_below_detectable_increase() -> None:
     base = baseline_document(make_results({"hard-1k": [False] * 50}, sample=50))
     results = assess(make_results({"hard-1k": [False] * 50}, sample=50), base, parse_gate({}))
@@ -99,6 +134,8 @@ def test_sampled_run_warns_below_detectable_increase() -> None:
 
 @pytest.mark.parametrize(("gate", "message"), [
     ({"alpha": 2}, "gate.alpha must be between 0 and 1"),
+    ({"alpha": 0}, "gate.alpha must be between 0 and 1 (exclusive), got 0"),
+    ({"hard-1k": {"alpha": 1.0}}, "gate.hard-1k.alpha must be between 0 and 1 (exclusive), got 1.0"),
     ({"hard-1k": {"max_rejection": "low"}}, "gate.hard-1k.max_rejection must be a number"),
     ({"hard-1k": {"maximum": 0.1}}, "unknown key(s) ['maximum']"),
     ({"tolerance": 1}, "gate.tolerance: expected one of"),
