@@ -21,9 +21,9 @@ def _mock_server(args: argparse.Namespace) -> int:
 
     defaults = MockConfig()
     faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
-    unknown = sorted(set(faults) - {"429", "500", "502", "503", "timeout", "malformed", "disconnect"})
+    unknown = sorted(set(faults) - {"429", "500", "502", "503", "timeout", "malformed", "not_completion", "disconnect"})
     if unknown:
-        print(f"orbench mock-server: unknown fault kind(s) {unknown}; use 429,500,502,503,timeout,malformed,disconnect", file=sys.stderr)
+        print(f"orbench mock-server: unknown fault kind(s) {unknown}; use 429,500,502,503,timeout,malformed,not_completion,disconnect", file=sys.stderr)
         return 2
     config = MockConfig(
         strictness=defaults.strictness if args.strictness is None else args.strictness, latency=args.latency, jitter=args.jitter,
@@ -289,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     mock.add_argument("--jitter", type=float, default=0.0, help="up to this many extra random seconds")
     mock.add_argument("--api-key-env", help="require `Authorization: Bearer $VAR` (the variable's name, not the key)")
     mock.add_argument("--fault-rate", type=float, default=0.0, help="share of prompts whose first attempts fail")
-    mock.add_argument("--faults", default="429", help="fault kinds: 429,500,502,503,timeout,malformed,disconnect")
+    mock.add_argument("--faults", default="429", help="fault kinds: 429,500,502,503,timeout,malformed,not_completion,disconnect")
     mock.add_argument("--fault-attempts", type=int, default=1, help="failing attempts per faulty prompt")
     mock.add_argument("--retry-after", type=float, default=1.0, help="Retry-After seconds sent with 429")
     mock.add_argument("--hang", type=float, default=30.0, help="seconds a timeout fault waits")

@@ -63,6 +63,14 @@ def _where(chain: list[BaseException], api_base: str | None) -> str:
     return "the endpoint"
 
 
+# litellm's words for a reply it could not read as a chat completion, and what they mean.
+_MALFORMED = {
+    "Empty or invalid response from LLM endpoint": "empty or not a chat completion",
+    "Invalid response object": "not a chat completion",
+    "provider returned 'choices'": "no list of choices",
+}
+
+
 def describe_failure(exc: BaseException, api_base: str | None, timeout: float) -> EndpointError:
     """What actually happened, from the whole exception chain (litellm reports a refused connection as
     "HTTP 500 InternalServerError"): connection refused, DNS, TLS, timed out, connection closed,
@@ -85,6 +93,12 @@ def describe_failure(exc: BaseException, api_base: str | None, timeout: float) -
     if names & {"ServerDisconnectedError", "ReadError", "RemoteProtocolError", "ClientOSError",
                 "ClientPayloadError"} or any(isinstance(e, (ConnectionResetError, BrokenPipeError)) for e in chain):
         return EndpointError(f"connection to {where} closed before a reply", retryable=True)
+    # A 200 whose body is not a chat completion: litellm raises these as "500" errors of its own.
+    text = " ".join(str(exc).split())
+    malformed = next((m for m in _MALFORMED if m in text), None)
+    if malformed is not None:
+        return EndpointError(f"malformed reply from {where} ({_MALFORMED[malformed]}): {_message(exc)[:160]}",
+                             retryable=True)
     # Only a status the server really sent (httpx's HTTPStatusError, openai's APIStatusError): litellm
     # also puts status 500 on errors that never reached a server.
     http = next((e for e in chain if type(e).__name__ == "HTTPStatusError"

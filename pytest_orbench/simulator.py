@@ -48,7 +48,7 @@ class MockConfig:
     # A gateway header every request must carry (name, value): 401 otherwise, like a proxy in front of a model.
     required_header: tuple[str, str] | None = field(default=None, repr=False)
     fault_rate: float = 0.0  # share of prompts whose first attempts fail
-    faults: tuple[str, ...] = ("429",)  # 429 | 500 | 503 | timeout | malformed | disconnect
+    faults: tuple[str, ...] = ("429",)  # 429 | 500 | 503 | timeout | malformed | not_completion | disconnect
     fault_attempts: int = 1  # attempts that fail for a faulty prompt (more than retries: an error)
     retry_after: float = 1.0
     hang: float = 30.0  # seconds a "timeout" fault waits before answering
@@ -299,6 +299,8 @@ def make_handler(config: MockConfig, state: MockState) -> type[BaseHTTPRequestHa
                 return False  # answers, too late for the client
             elif kind == "malformed":
                 self._send(200, b'{"id": "x", "choices": [{"message": ')
+            elif kind == "not_completion":  # a proxy's 200 that is JSON but no chat completion
+                self._send(200, b'"hello"')
             elif kind == "disconnect":
                 self.close_connection = True
                 self.wfile.flush()

@@ -59,6 +59,8 @@ def test_a_model_string_without_a_provider_is_a_usage_error_before_any_call(pyte
 @pytest.mark.parametrize(("fault", "message"), [
     ("503", "HTTP 503 from 127.0.0.1:*: The server had an error"),
     ("malformed", "malformed reply (not JSON) from 127.0.0.1:*"),
+    # A 200 that is JSON but no chat completion: litellm calls it a 500; no server sent one.
+    ("not_completion", "malformed reply from 127.0.0.1:* (empty or not a chat completion): *Received: 'hello'*"),
     ("disconnect", "connection to 127.0.0.1:* closed before a reply"),
 ])
 def test_errors_say_what_happened(pytester: pytest.Pytester, mock_factory: Callable[..., MockServer],
