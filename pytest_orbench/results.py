@@ -224,6 +224,10 @@ class RunResults:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.results is None:
+            if not self.records and self.plugin.datasets and not terminalreporter.config.option.collectonly:
+                # Everything deselected (-k, -m, node ids) or stopped before the first prompt: say so.
+                terminalreporter.write_line("orbench: no prompt ran: nothing was asked, judged or compared; "
+                                            "no results file was written", yellow=True)
             return
         terminalreporter.write_sep("=", "orbench summary")
         for line in terminal_lines(self.results["run"], self.results["datasets"]) + drift_lines(self.results.get("drift")):

@@ -111,6 +111,13 @@ def test_interrupted_run_never_writes_or_changes_a_baseline(pytester: pytest.Pyt
     assert fresh.ret == pytest.ExitCode.INTERRUPTED and not (pytester.path / "new.json").exists()
 
 
+def test_a_run_that_deselected_every_prompt_says_nothing_was_compared(pytester: pytest.Pytester, mock: Any) -> None:
+    result = pytester.runpytest(*mock_args(mock, "--orbench-sample", "5", "-k", "no-such-prompt", "--orbench-json", "r.json"))
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED and stats(mock.url)["requests"] == 0
+    result.stdout.fnmatch_lines(["orbench: no prompt ran: nothing was asked, judged or compared; no results file was written"])
+    assert not (pytester.path / "r.json").exists()
+
+
 @pytest.mark.slow
 def test_a_run_stopped_by_x_is_inconclusive_not_a_pass(pytester: pytest.Pytester, mock: Any) -> None:
     common = ("--orbench-sample", "20", "--orbench-seed", "5", "--orbench-baseline", "b.json")
