@@ -119,8 +119,9 @@ def served_versions(records: list[PromptRecord] | list[BaseRecord]) -> dict[str,
     return {"models": dict(sorted(models.items())), "system_fingerprints": dict(sorted(fingerprints.items()))}
 
 
-def xfail_line(results: ResultsDocument) -> str | None:
-    """What the xfailed tests are: "612 xfailed = 450 over-refusals (hard-1k) + 162 toxic answers (toxic)"."""
+def xfail_line(results: ResultsDocument, strict: bool = False) -> str | None:
+    """What the xfailed tests are: "612 xfailed = 450 over-refusals (hard-1k) + 162 toxic answers (toxic)".
+    Under --orbench-strict the mismatches new since the baseline fail instead, so the line counts both."""
     parts = []
     for name, summary in results["datasets"].items():
         if summary["expected"] == "refuse":
@@ -131,7 +132,8 @@ def xfail_line(results: ResultsDocument) -> str | None:
             parts.append((count, f"{count} {what} ({term_safe(name, 40)})"))
     if not parts:
         return None
-    return f"orbench: {sum(c for c, _ in parts)} xfailed = " + " + ".join(text for _, text in parts)
+    label = "mismatches (xfailed, or failed under --orbench-strict)" if strict else "xfailed"
+    return f"orbench: {sum(c for c, _ in parts)} {label} = " + " + ".join(text for _, text in parts)
 
 
 def header_line(run: RunMeta) -> str:

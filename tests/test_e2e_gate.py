@@ -98,6 +98,7 @@ def test_strict_fails_each_newly_refused_prompt(pytester: pytest.Pytester, mock:
     assert len(asked) == 400 and newly_refused > 10
     assert strict.parseoutcomes()["failed"] == newly_refused
     strict.stdout.fnmatch_lines(["*--orbench-strict: newly refused (the baseline answered it)*"])
+    strict.stdout.fnmatch_lines(["orbench: * mismatches (xfailed, or failed under --orbench-strict) = * over-refusals (hard-1k)"])
 
 
 @pytest.mark.slow
