@@ -15,8 +15,9 @@ imported once, before any thread exists): each takes every n-th job and its part
 one that dies has its prompts turned into errors at once, and the child ends after all of them.
 
 ("stop",) or end of input (the parent died) stops new calls; the requests in flight finish and are
-stored first (bounded), so nothing paid for is lost. Once every outcome is committed the child
-leaves with os._exit: no one waits for litellm's interpreter teardown.
+stored first (bounded), so nothing paid for is lost. Signals sent to pytest's whole process group
+(Ctrl-C, a CI cancel) are ignored here: only the parent stops the child. Once every outcome is
+committed the child leaves with os._exit: no one waits for litellm's interpreter teardown.
 """
 
 from __future__ import annotations
@@ -128,7 +129,29 @@ class FetchChild:
                 pass
 
 
+def _ignore_group_signals() -> None:
+    """The parent alone decides when this process stops: ("stop",) or end of input (it died). Ctrl-C in
+    a terminal, a CI cancel or `kill -TERM -PGID` signal pytest's whole process group, this process
+    included; without this it died at once and lost the replies in flight (paid for). Ignored, a
+    group SIGINT ends as one sent to pytest alone (KeyboardInterrupt, then ("stop",) and the drain),
+    and a group SIGTERM or SIGHUP as pytest's own death (its pipe closes, and this process drains and
+    leaves, bounded by DRAIN). Forked copies inherit it.
+
+    Not a session of its own (start_new_session): staying in pytest's group keeps it in the user's
+    job, so Ctrl-Z suspends it with pytest and a group SIGKILL (the last resort of `timeout -s KILL`,
+    CI runners, process supervisors) still ends it at once instead of leaving it running unseen; and
+    SIG_IGN also works where process groups do not exist. Only SIGKILL of this process itself (or of
+    the group) can now lose the replies in flight, as documented."""
+    import signal
+
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        number = getattr(signal, name, None)  # no SIGHUP on Windows
+        if number is not None:
+            signal.signal(number, signal.SIG_IGN)
+
+
 def _child() -> int:
+    _ignore_group_signals()  # before anything is in flight; asyncio.run leaves an ignored SIGINT ignored
     # The work is read as it comes, while litellm imports: a frame of a few thousand jobs is larger than
     # the pipe's buffer, and the parent's write (at pytest_configure) would wait for this read, holding
     # up pytest's collection and xdist's workers for the length of the import. Only bytes are read
@@ -145,7 +168,7 @@ def _child() -> int:
     warm_up_litellm()
     reader.join()  # ends with the frame or at end of input (the parent died); no thread is left to fork with
     work = pickle.loads(received[0]) if received and received[0] is not None else None
-    if work is None or work == ("exit",):
+    if not isinstance(work, dict):  # ("exit",); ("stop",) before any work (Ctrl-C while pytest collects); no parent
         os._exit(0)
     shards = int(work.get("shards", 1))
     if shards < 2:

@@ -316,3 +316,61 @@ def test_a_fetch_process_killed_midway_turns_its_prompts_into_errors_at_once(
     assert 0 < errors < 240 - 40, out  # the other process went on to the end
     assert f"fetch process {killed} (shard 2 of 2) was killed by signal 9 before asking for this prompt" in out
     assert asked + errors >= 240 and stats(server.url)["duplicates"] == 0
+
+
+def group_members(group: int) -> list[int]:
+    """Live processes (zombies aside) in process group `group`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc; process groups")
+@pytest.mark.parametrize(("signame", "workers"), [("SIGINT", []), ("SIGTERM", []), ("SIGINT", ["-n", "2"]),
+                                                  ("SIGTERM", ["-n", "2"])],
+                         ids=["SIGINT", "SIGTERM", "SIGINT-xdist", "SIGTERM-xdist"])
+def test_a_signal_to_the_whole_process_group_still_stores_the_replies_in_flight(
+        pytester: pytest.Pytester, mock_factory: Callable[..., MockServer], signame: str, workers: list[str]) -> None:
+    # Ctrl-C in a terminal, a CI cancel or `kill -TERM -PGID` signal pytest's whole process group, the
+    # fetch process included. The replies in flight are paid for: they must be stored as when pytest
+    # alone is signalled, so a re-run does not ask them again.
+    import os
+    import signal
+    import subprocess
+
+    server = mock_factory(latency=1.5)
+    args = [sys.executable, "-m", "pytest", *mock_args(server, "--orbench-datasets", "toxic", "--orbench-sample", "8",
+                                                       "--orbench-seed", "3", "--orbench-concurrency", "4", "-q",
+                                                       *workers)]
+    proc = subprocess.Popen(args, cwd=pytester.path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)  # a group of its own, as in a shell
+    try:
+        deadline = time.monotonic() + 60
+        while stats(server.url)["requests"] < 4 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        served = stats(server.url)
+        assert served["requests"] == 4 and served["completions"] == 0  # 4 in flight, 1.5 s from their replies
+        os.killpg(proc.pid, getattr(signal, signame))
+        out, _ = proc.communicate(timeout=60)  # bounded: the parent waits at most for the drain
+        deadline = time.monotonic() + 30
+        while group_members(proc.pid) and time.monotonic() < deadline:  # an orphaned fetch process drains, then leaves
+            time.sleep(0.05)
+        assert group_members(proc.pid) == [], out.decode(errors="replace")
+    finally:
+        if proc.poll() is None or group_members(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    rerun = pytester.runpytest_subprocess(*mock_args(server, "--orbench-datasets", "toxic", "--orbench-sample", "8",
+                                                     "--orbench-seed", "3", "--orbench-concurrency", "4"), timeout=120)
+    rerun.stdout.fnmatch_lines(["orbench: 8 prompts, 4 stored, 4 to fetch, 4 at a time"])
+    served = stats(server.url)
+    assert served["completions"] == 8 and served["duplicates"] == 0  # the 4 in flight were stored, not asked again
