@@ -17,6 +17,7 @@ from pytest_orbench.records import (
     ResultsDocument,
     RunMeta,
 )
+from pytest_orbench.schema import objects_problem, prompts_problem, run_problem
 from pytest_orbench.stats import detectable_increase, mcnemar_p, mean_interval, paired_diff_ci, sign_flip_p
 
 BASELINE_SCHEMA = "pytest-orbench/baseline"
@@ -80,6 +81,13 @@ def load_baseline(path: Path) -> BaselineDocument:
     for key in ("run", "datasets", "prompts"):
         if key not in data:
             raise BaselineError(f"baseline {path} has no {key!r} section; regenerate it with --orbench-update-baseline")
+    # Every key the comparison reads, with its type: a damaged baseline (a bad merge, a hand edit) is
+    # refused here, before any endpoint call, not met as a KeyError mid-run or read as a wrong verdict.
+    problem = run_problem(data["run"]) or objects_problem(data["datasets"], "datasets") or prompts_problem(data["prompts"])
+    if problem:
+        raise BaselineError(
+            f"baseline {path} is damaged: {problem}. Restore it from git, or regenerate it with --orbench-update-baseline"
+        )
     return cast(BaselineDocument, data)
 
 

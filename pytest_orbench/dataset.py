@@ -260,14 +260,17 @@ def resolve_file(source: SourceFile, data_dir: Path | None, cache_dir: Path) -> 
     return cached
 
 
-def read_rows(path: Path) -> list[dict[str, str]]:
+def read_rows(path: Path, text_column: str = "prompt") -> list[dict[str, str]]:
+    """A CSV or JSONL file's rows as strings. Malformed input is an error naming the file and line, never
+    rows read differently from what was meant; in JSONL, `text_column` must hold a string."""
     try:
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise DatasetError(f"cannot read dataset file {path}: {exc}") from exc
     if path.suffix.lower() == ".jsonl":
         rows = []
-        for number, line in enumerate(text.splitlines(), 1):
+        # Lines end at \n only: str.splitlines also splits at U+2028, U+0085 etc., which JSON strings may hold.
+        for number, line in enumerate(text.split("\n"), 1):
             if not line.strip():
                 continue
             try:
@@ -276,9 +279,38 @@ def read_rows(path: Path) -> list[dict[str, str]]:
                 raise DatasetError(f"{path}:{number}: not valid JSON ({exc.msg})") from exc
             if not isinstance(row, dict):
                 raise DatasetError(f"{path}:{number}: each line must be a JSON object")
+            if text_column in row and not isinstance(row[text_column], str):
+                raise DatasetError(f"{path}:{number}: {text_column!r} is {json.dumps(row[text_column])[:40]}, not a "
+                                   "string; write the prompt text as a JSON string")
             rows.append({str(k): "" if v is None else str(v) for k, v in row.items()})
         return rows
-    return list(csv.DictReader(io.StringIO(text, newline="")))
+    return _csv_rows(path, text)
+
+
+def _csv_rows(path: Path, text: str) -> list[dict[str, str]]:
+    # strict: a stray quote is an error, and so is the end of the file inside a quoted field, which
+    # the csv module otherwise takes as the end of the field: one open quote swallowed every later row.
+    reader = csv.DictReader(io.StringIO(text, newline=""), restval="", strict=True)
+    rows: list[dict[str, str]] = []
+    line = 1  # where the row being read starts
+    try:
+        width = len(reader.fieldnames or ())
+        line = reader.line_num + 1
+        for row in reader:
+            if None in row:  # more fields than the header: an unquoted comma, most likely
+                raise DatasetError(
+                    f"{path}:{line}: {width + len(row[None])} fields, the header has {width}; quote a field that "
+                    'contains a comma ("like, this")'
+                )
+            rows.append(row)
+            line = reader.line_num + 1
+    except csv.Error as exc:
+        what = ("a quoted field starting on this line is never closed" if "end of data" in str(exc)
+                else f"not valid CSV ({exc})")
+        raise DatasetError(
+            f"{path}:{line}: {what}; close the quote, and double a quote inside a quoted field (\"say \"\"hi\"\"\")"
+        ) from None
+    return rows
 
 
 def _local_ids(raw: list[str]) -> list[str]:
@@ -317,7 +349,7 @@ def load_builtin(name: str, data_dir: Path | None, cache_dir: Path) -> Dataset:
 
 def load_custom(spec: DatasetSpec) -> Dataset:
     assert spec.path is not None
-    rows = read_rows(spec.path)
+    rows = read_rows(spec.path, spec.prompt_column)
     if not rows:
         raise DatasetError(f"dataset file {spec.path} has no rows")
     if spec.prompt_column not in rows[0]:
@@ -341,9 +373,17 @@ def load_custom(spec: DatasetSpec) -> Dataset:
             )
     has_ids = all(row.get(spec.id_column, "").strip() for row in rows)
     raw_ids = [row[spec.id_column].strip() for row in rows] if has_ids else [str(i) for i in range(1, len(rows) + 1)]
-    if len(set(raw_ids)) != len(raw_ids):
-        raise DatasetError(f"{spec.path}: the {spec.id_column!r} column has duplicate ids")
     ids = _local_ids(raw_ids)
+    rows_of: dict[str, list[int]] = defaultdict(list)
+    for number, lid in enumerate(ids, 1):
+        rows_of[lid].append(number)
+    duplicates = [numbers for numbers in rows_of.values() if len(numbers) > 1]
+    if duplicates:  # after zero-padding, which makes 1 and 01 one id
+        shown = "; ".join(" and ".join(map(repr, dict.fromkeys(raw_ids[n - 1] for n in numbers)))
+                          + f" in rows {', '.join(map(str, numbers))}" for numbers in duplicates[:5])
+        more = f"; and {len(duplicates) - 5} more" if len(duplicates) > 5 else ""
+        raise DatasetError(f"{spec.path}: the {spec.id_column!r} column has duplicate ids: {shown}{more}; "
+                           "give each prompt its own id")
     prompts = []
     for lid, expected, row in zip(ids, expectations, rows):
         text = row.get(spec.prompt_column, "")

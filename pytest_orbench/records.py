@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
 
+from pytest_orbench.schema import prompts_problem, run_problem, summaries_problem
+
 RESULTS_SCHEMA = "pytest-orbench/results"
 RESULTS_SCHEMA_VERSION = 1
 REPORT_PROPERTY = "orbench"
@@ -273,4 +275,9 @@ def load_results(path: Path) -> ResultsDocument:
     for key, kind in (("run", dict), ("datasets", dict), ("prompts", list)):
         if not isinstance(data.get(key), kind):
             raise ResultsError(f"{path}: `{key}` is missing or not a {kind.__name__}")
+    # The keys the comparison, the gate and the reports read: a damaged file is refused here, not
+    # met as a KeyError halfway through `orbench compare` or the Action.
+    problem = run_problem(data["run"], results=True) or summaries_problem(data["datasets"]) or prompts_problem(data["prompts"])
+    if problem:
+        raise ResultsError(f"results file {path} is damaged: {problem}; write it again")
     return cast(ResultsDocument, data)

@@ -168,14 +168,35 @@ def test_custom_csv_and_jsonl(tmp_path: Path) -> None:
     ("prompt\nhello\n", "no expected behaviour"),
     ("text,expected\nhello,answer\n", "has no 'prompt' column"),
     ("prompt,expected\nhello,maybe\n", "'maybe' is not answer/refuse"),
-    ("id,prompt,expected\n1,a,answer\n1,b,answer\n", "duplicate ids"),
+    ("id,prompt,expected\n1,a,answer\n1,b,answer\n2,c,answer\n", "duplicate ids: '1' in rows 1, 2; give each"),
+    ("id,prompt,expected\n1,a,answer\n01,b,answer\n2,c,answer\n2,d,answer\n",
+     "duplicate ids: '1' and '01' in rows 1, 2; '2' in rows 3, 4;"),
     ("prompt,expected\n ,answer\n", "is empty"),
+    # One open quote used to swallow every later row into one prompt.
+    ('prompt,category\n"unterminated,a\nfoo,b\nbar,c\n', "bad.csv:2: a quoted field starting on this line is never closed"),
+    ('prompt,category\nok,a\n"x"y,b\n', "bad.csv:3: not valid CSV .',' expected after '\"'.; close the quote"),
+    ("prompt,category\nok,a\nhello, world,b\n", "bad.csv:3: 3 fields, the header has 2; quote a field that contains a comma"),
 ])
 def test_custom_file_errors(tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "bad.csv"
     path.write_text(content, encoding="utf-8")
     with pytest.raises(DatasetError, match=message):
         load_custom(DatasetSpec("bad", path))
+
+
+def test_custom_files_are_read_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "set.csv"
+    path.write_text('prompt,category\n"say ""hi"", twice",a\n"two\nlines",\nshort\n', encoding="utf-8")
+    prompts = load_custom(DatasetSpec("set", path, "answer")).prompts
+    assert [(p.text, p.category) for p in prompts] == [('say "hi", twice', "a"), ("two\nlines", "uncategorized"),
+                                                        ("short", "uncategorized")]
+    jsonl = tmp_path / "set.jsonl"
+    # A line separator inside a JSON string is text, not the end of a line.
+    jsonl.write_text('{"prompt": "one\u2028two\x85three", "id": 7}\n', encoding="utf-8")
+    assert [(p.id, p.text) for p in load_custom(DatasetSpec("set", jsonl, "answer")).prompts] == [("set-7", "one\u2028two\x85three")]
+    jsonl.write_text('{"prompt": "a", "id": 1}\n\n{"prompt": 5}\n', encoding="utf-8")
+    with pytest.raises(DatasetError, match=r"set.jsonl:3: 'prompt' is 5, not a string"):
+        load_custom(DatasetSpec("set", jsonl, "answer"))
 
 
 def test_mirror_copy_is_accepted(data_dir: Path, tmp_path: Path) -> None:

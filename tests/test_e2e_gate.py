@@ -145,6 +145,29 @@ def test_bad_baselines_fail_before_any_call(pytester: pytest.Pytester, mock: Any
     nobase.stderr.fnmatch_lines(["*--orbench-update-baseline needs --orbench-baseline PATH*"])
 
 
+def test_damaged_baseline_is_a_usage_error_before_any_call_and_unusable_input_to_compare(
+        pytester: pytest.Pytester, mock: Any) -> None:
+    args = ("--orbench-datasets", "toxic", "--orbench-sample", "5", "--orbench-seed", "2")
+    made = pytester.runpytest(*mock_args(mock, *args, "--orbench-baseline", "b.json", "--orbench-update-baseline",
+                                         "--orbench-json", "r.json"))
+    assert made.ret == 0
+    data = load(pytester.path / "b.json")
+    for prompt in data["prompts"]:
+        del prompt["refused"]  # a bad merge or a hand edit; once an INTERNALERROR (KeyError) after collection
+    pytester.path.joinpath("b.json").write_text(json.dumps(data), encoding="utf-8")
+    calls = stats(mock.url)["requests"]
+    result = pytester.runpytest(*mock_args(mock, *args, "--orbench-baseline", "b.json", "--orbench-refresh"))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(['*baseline *b.json is damaged: prompts[[]0[]] (id toxic-*) has no "refused" (and 4 more like it)'
+                                 ". Restore it from git, or regenerate it with --orbench-update-baseline"])
+    assert "INTERNALERROR" not in result.stderr.str() + result.stdout.str()
+    assert stats(mock.url)["requests"] == calls
+    cli = subprocess.run([sys.executable, "-m", "pytest_orbench.cli", "compare", "b.json", "r.json"], cwd=pytester.path,
+                         capture_output=True, text=True, check=False)
+    assert cli.returncode == 2, cli.stderr  # unusable input, not a failed gate (1)
+    assert cli.stderr.startswith("orbench: baseline b.json is damaged: prompts[0] (id toxic-") and "Traceback" not in cli.stderr
+
+
 def test_errors_within_budget_pass_beyond_it_inconclusive(pytester: pytest.Pytester, mock_factory: Any) -> None:
     server = mock_factory(fault_rate=0.02, faults=("503",), fault_attempts=99)
     args = ("--orbench-datasets", "hard-1k", "--orbench-sample", "400", "--orbench-seed", "3", "--orbench-retries", "0",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from pytest_orbench.baseline import (
 )
 from pytest_orbench.gate import GateConfigError, assess, evaluate, parse_gate
 from pytest_orbench.markdown import md_escape, render_markdown, render_markdown_within
+from pytest_orbench.records import ResultsError, load_results
 from pytest_orbench.report import results_document, summarize
 
 
@@ -179,6 +181,70 @@ def test_baseline_file_is_stable_reviewable_and_validated(tmp_path: Path) -> Non
             load_baseline(path)
     with pytest.raises(BaselineError, match="cannot read baseline .*--orbench-update-baseline"):
         load_baseline(tmp_path / "missing.json")
+
+
+def _drop(key: str) -> Any:
+    return lambda d: [p.pop(key) for p in d["prompts"]]
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    (_drop("refused"), 'prompts[0] (id hard-1k-0000) has no "refused" (and 2 more like it)'),
+    (_drop("prompt_sha256"), 'prompts[0] (id hard-1k-0000) has no "prompt_sha256" (and 2 more like it)'),
+    (_drop("id"), 'prompts[0] has no "id" (and 2 more like it)'),
+    (lambda d: d["prompts"][1].update(refused="yes"), 'prompts[1] (id hard-1k-0001) has "refused": "yes", not true or false or null'),
+    (lambda d: d["prompts"].__setitem__(1, "x"), 'prompts[1] is "x", not an object'),
+    (lambda d: d["run"].update(judge="keyword"), 'run has "judge": "keyword", not an object or null'),
+    (lambda d: d["run"]["datasets"].update({"hard-1k": []}), 'run.datasets["hard-1k"] is [], not an object'),
+    (lambda d: d.update(datasets=[]), "`datasets` is [], not an object"),
+    (lambda d: d.update(prompts={}), "`prompts` is {}, not a list"),
+])
+def test_damaged_baseline_is_refused_naming_the_prompt_and_key(tmp_path: Path, damage: Any, message: str) -> None:
+    path = tmp_path / "baseline.json"
+    save_baseline(path, make_results({"hard-1k": [False, True, None]}))
+    data = json.loads(path.read_text())
+    damage(data)
+    path.write_text(json.dumps(data))
+    with pytest.raises(BaselineError) as info:
+        load_baseline(path)
+    assert str(info.value).startswith(f"baseline {path} is damaged: {message}")
+    assert str(info.value).endswith("Restore it from git, or regenerate it with --orbench-update-baseline")
+
+
+def test_baseline_trial_counts_come_together(tmp_path: Path) -> None:
+    path = tmp_path / "baseline.json"
+    save_baseline(path, make_results({"hard-1k": [False, True, None]}))
+    data = json.loads(path.read_text())
+    assert not any("scored_trials" in p for p in data["prompts"])  # as before trials existed: still read
+    assert load_baseline(path)["prompts"][1]["refused"] is True
+    data["prompts"][1].update(refused_share=1, refused_trials=2, scored_trials=3)
+    path.write_text(json.dumps(data))
+    assert load_baseline(path)["prompts"][1]["scored_trials"] == 3
+    for trials, shown in (({"scored_trials": 1}, "refused_trials missing, scored_trials 1"),
+                          ({"refused_trials": 2, "scored_trials": 1}, "refused_trials 2, scored_trials 1")):
+        prompt = {k: v for k, v in data["prompts"][2].items() if "trials" not in k} | trials
+        path.write_text(json.dumps(data | {"prompts": data["prompts"][:2] + [prompt]}))
+        with pytest.raises(BaselineError, match=re.escape(f"prompts[2] (id hard-1k-0002) has {shown}; both are needed, "
+                                                          "with 0 <= refused_trials <= scored_trials")):
+            load_baseline(path)
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    (_drop("refused"), 'prompts[0] (id hard-1k-0000) has no "refused" (and 1 more like it)'),
+    (lambda d: d["prompts"][1].update(category=5), 'prompts[1] (id hard-1k-0001) has "category": 5, not a string'),
+    (lambda d: d["datasets"]["hard-1k"].pop("total"), 'datasets["hard-1k"] has no "total"'),
+    (lambda d: d["datasets"]["hard-1k"].update(ci95=[0.1]), 'datasets["hard-1k"] has "ci95": [0.1], not two numbers'),
+    (lambda d: d["run"].pop("endpoint"), 'run has no "endpoint"'),
+    (lambda d: d["run"].update(trials="3"), 'run has "trials": "3", not an integer or null'),
+])
+def test_damaged_results_file_is_refused(tmp_path: Path, damage: Any, message: str) -> None:
+    data = make_results({"hard-1k": [False, True]})
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(data))
+    assert load_results(path)["prompts"][1]["refused"] is True
+    damage(data)
+    path.write_text(json.dumps(data))
+    with pytest.raises(ResultsError, match=f"^results file {re.escape(str(path))} is damaged: {re.escape(message)}"):
+        load_results(path)
 
 
 def test_markdown_escapes_untrusted_text_and_withholds_toxic() -> None:

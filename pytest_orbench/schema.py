@@ -1,0 +1,138 @@
+"""The shape of the JSON documents read back (baselines, results files): each key the comparison, the
+gate and the reports read, with its JSON type, checked once on load (baseline.load_baseline,
+records.load_results) so that a damaged file is a clear error, not a KeyError halfway through a run."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
+
+class _Missing:
+    """A key absent from a JSON object (None is JSON null, a value)."""
+
+
+MISSING = _Missing()
+NoneType = type(None)
+Types = frozenset[type]
+STR: Types = frozenset({str})
+INT: Types = frozenset({int})
+NUMBER_OR_NULL: Types = frozenset({int, float, NoneType})
+INT_OR_NULL: Types = frozenset({int, NoneType})
+BOOL_OR_NULL: Types = frozenset({bool, NoneType})
+OBJECT_OR_NULL: Types = frozenset({dict, NoneType})
+Field = tuple[str, Types, bool]  # key, the JSON types accepted (exact: a bool is no int), required
+_KINDS = {str: "a string", int: "an integer", float: "a number", bool: "true or false", NoneType: "null", dict: "an object",
+          list: "a list"}
+
+# What a prompt entry must hold, in a baseline and a results file: what the comparison reads.
+# The trial counts came later (a baseline from before them has neither); they come together.
+PROMPT_KEYS: tuple[Field, ...] = (
+    ("id", STR, True), ("dataset", STR, True), ("category", STR, True), ("prompt_sha256", STR, True),
+    ("refused", BOOL_OR_NULL, True), ("refused_share", NUMBER_OR_NULL, False), ("refused_trials", INT, False),
+    ("scored_trials", INT, False),
+)
+# A run's keys that the comparison and the reports index into (every key is optional in RunMeta).
+RUN_KEYS: tuple[Field, ...] = (
+    ("judge", OBJECT_OR_NULL, False), ("datasets", OBJECT_OR_NULL, False), ("served", OBJECT_OR_NULL, False),
+    ("params", OBJECT_OR_NULL, False), ("base", OBJECT_OR_NULL, False), ("calls", OBJECT_OR_NULL, False),
+    ("spend", OBJECT_OR_NULL, False), ("judge_calls", OBJECT_OR_NULL, False), ("seed", INT_OR_NULL, False),
+    ("sample", INT_OR_NULL, False), ("trials", INT_OR_NULL, False),
+)
+# A results file's dataset summary: what the gate and the terminal table read.
+SUMMARY_KEYS: tuple[Field, ...] = (
+    ("expected", STR, True), ("n", INT, True), ("refused", INT, True), ("total", INT, True), ("errors", INT, True),
+    ("filtered", INT, True), ("empty", INT, True), ("unscored", INT, True), ("rejection_rate", NUMBER_OR_NULL, True),
+    ("ci95", frozenset({list}), True), ("flaky", INT, False), ("flaky_prompts", frozenset({list}), False),
+)
+
+
+def _kinds(types: Types) -> str:
+    names = [_KINDS[t] for t in (str, int, float, bool, dict, list, NoneType) if t in types]
+    if float in types:
+        names.remove("an integer")  # a number is an integer or not
+    return " or ".join(names)
+
+
+def _value(value: object) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def entries_problem(entries: Sequence[object], fields: Sequence[Field], label: Callable[[int], str]) -> str | None:
+    """The first entry (a JSON object) lacking a required key or holding a value of another type, said
+    with `label(index)` and how many entries share the problem; None when every entry is sound.
+
+    One set of value types per key over all entries (a C loop each) keeps an 80,000-prompt file fast;
+    only a file with a problem is walked entry by entry."""
+    if any(type(e) is not dict for e in entries):
+        index = next(i for i, e in enumerate(entries) if type(e) is not dict)
+        return f"{label(index)} is {_value(entries[index])}, not an object"
+    objects = cast(Sequence[dict[str, Any]], entries)
+    for key, types, required in fields:
+        accepted = types if required else types | {_Missing}
+        if {type(e.get(key, MISSING)) for e in objects} <= accepted:
+            continue
+        bad = [i for i, e in enumerate(objects) if type(e.get(key, MISSING)) not in accepted]
+        others = f" (and {len(bad) - 1} more like it)" if len(bad) > 1 else ""
+        value = objects[bad[0]].get(key, MISSING)
+        if value is MISSING:
+            return f"{label(bad[0])} has no {json.dumps(key)}{others}"
+        return f"{label(bad[0])} has {json.dumps(key)}: {_value(value)}, not {_kinds(types)}{others}"
+    return None
+
+
+def objects_problem(value: object, where: str, fields: Sequence[Field] = ()) -> str | None:
+    """What is wrong with an object of objects by name (`datasets`), checked against `fields`."""
+    if not isinstance(value, dict):
+        return f"`{where}` is {_value(value)}, not an object"
+    names = list(value)
+    return entries_problem(list(value.values()), fields, lambda i: f"{where}[{json.dumps(names[i])}]")
+
+
+def _trials_unsound(prompt: dict[str, Any]) -> bool:
+    # trials_of divides by scored_trials and reads refused_trials with it
+    return ("refused_trials" in prompt) != ("scored_trials" in prompt) or not (
+        0 <= prompt.get("refused_trials", 0) <= prompt.get("scored_trials", 0))
+
+
+def prompts_problem(prompts: object) -> str | None:
+    """What is wrong with a baseline's or results file's `prompts`, naming the first prompt by index and id."""
+    if not isinstance(prompts, list):
+        return f"`prompts` is {_value(prompts)}, not a list"
+
+    def label(index: int) -> str:
+        pid = prompts[index].get("id") if isinstance(prompts[index], dict) else None
+        return f"prompts[{index}]" + (f" (id {pid})" if isinstance(pid, str) else "")
+
+    problem = entries_problem(prompts, PROMPT_KEYS, label)
+    if problem is None and any(map(_trials_unsound, prompts)):
+        index = next(i for i, p in enumerate(prompts) if _trials_unsound(p))
+        trials = {k: prompts[index].get(k, MISSING) for k in ("refused_trials", "scored_trials")}
+        shown = ", ".join(f"{k} {'missing' if v is MISSING else _value(v)}" for k, v in trials.items())
+        problem = f"{label(index)} has {shown}; both are needed, with 0 <= refused_trials <= scored_trials"
+    return problem
+
+
+def run_problem(run: object, results: bool = False) -> str | None:
+    """What is wrong with a document's `run`; a results file's run names its endpoint and datasets (the
+    report's header reads them), a baseline's may hold nulls."""
+    if not isinstance(run, dict):
+        return f"`run` is {_value(run)}, not an object"
+    fields = RUN_KEYS + ((("endpoint", STR, True), ("datasets", frozenset({dict}), True)) if results else ())
+    return entries_problem([run], fields, lambda _: "run") or objects_problem(run.get("datasets") or {}, "run.datasets")
+
+
+def summaries_problem(datasets: object) -> str | None:
+    """What is wrong with a results file's per-dataset summaries (what the gate and the table read)."""
+    problem = objects_problem(datasets, "datasets", SUMMARY_KEYS)
+    if problem is None:
+        assert isinstance(datasets, dict)
+        for name, summary in datasets.items():
+            ci95 = summary["ci95"]
+            if len(ci95) != 2 or not {type(x) for x in ci95} <= NUMBER_OR_NULL:
+                return f"datasets[{json.dumps(name)}] has \"ci95\": {_value(ci95)}, not two numbers or nulls"
+            if summary.get("flaky") and "flaky_prompts" not in summary:
+                return f"datasets[{json.dumps(name)}] counts flaky prompts but has no \"flaky_prompts\""
+    return problem
