@@ -54,18 +54,20 @@ def test_a_stricter_system_prompt_fails_live_with_the_exact_newly_refused_prompt
     assert again.ret == pytest.ExitCode.TESTS_FAILED and stats(server.url)["completions"] == 60
 
 
-def test_identical_base_and_head_share_their_calls_and_pass(
+def test_identical_base_and_head_share_their_calls_and_compare_nothing(
         pytester: pytest.Pytester, mock_factory: Callable[..., MockServer], data_dir: Path) -> None:
     mini_set(pytester, data_dir)
     server = mock_factory(noise=0.2)
     result = pytester.runpytest(*mock_args(server, "--orbench-datasets", "mini.csv:answer",
                                            "--orbench-system-prompt-file", "careful.txt",
-                                           "--orbench-base-system-prompt-file", "careful.txt"))
+                                           "--orbench-base-system-prompt-file", "careful.txt", "--orbench-json", "r.json"))
     assert result.ret == 0 and stats(server.url)["completions"] == 30
-    result.stdout.fnmatch_lines(["orbench gate: PASS"])
+    # The base's replies are the run's own: comparing them would check nothing, so the gate says so.
+    result.stdout.fnmatch_lines(["orbench gate: UNGATED: the live base is the run's own configuration (nothing differs*"])
+    assert load(pytester.path / "r.json")["run"]["compared_with"] is None
 
 
-def test_a_no_op_pr_passes_live_while_the_stale_baseline_would_fail(
+def test_a_no_op_pr_is_not_blamed_live_while_the_stale_baseline_would_fail(
         pytester: pytest.Pytester, data_dir: Path) -> None:
     mini_set(pytester, data_dir)
     sets = ("--orbench-datasets", "mini.csv:answer", "--orbench-baseline", "b.json")
@@ -92,7 +94,7 @@ def test_a_no_op_pr_passes_live_while_the_stale_baseline_would_fail(
     live.stdout.fnmatch_lines([
         "drift (base configuration now vs the baseline file, not gated): mini +* pp (p = *newly refused*; changed: "
         "*served orbench-mock-2026-01-15 → orbench-mock-2026-03-01*",
-        "orbench gate: PASS",
+        "orbench gate: UNGATED: the live base is the run's own configuration (nothing differs*",
     ])
     assert live.ret == 0
     drift = load(pytester.path / "live.json")["drift"]
