@@ -335,9 +335,10 @@ def group_members(group: int) -> list[int]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc; process groups")
-@pytest.mark.parametrize(("signame", "workers"), [("SIGINT", []), ("SIGTERM", []), ("SIGINT", ["-n", "2"]),
-                                                  ("SIGTERM", ["-n", "2"])],
-                         ids=["SIGINT", "SIGTERM", "SIGINT-xdist", "SIGTERM-xdist"])
+# Both signals and both layouts, in two runs (the child ignores the signals the same way under xdist,
+# where the controller's fetch process is the one in flight).
+@pytest.mark.parametrize(("signame", "workers"), [("SIGINT", []), ("SIGTERM", ["-n", "2"])],
+                         ids=["SIGINT", "SIGTERM-xdist"])
 def test_a_signal_to_the_whole_process_group_still_stores_the_replies_in_flight(
         pytester: pytest.Pytester, mock_factory: Callable[..., MockServer], signame: str, workers: list[str]) -> None:
     # Ctrl-C in a terminal, a CI cancel or `kill -TERM -PGID` signal pytest's whole process group, the
