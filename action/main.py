@@ -150,6 +150,11 @@ def main(env: Mapping[str, str] | None = None, github_factory: Callable[[ActionS
     elif verdict != "pass":
         failed = "; ".join(f"{c['name']}: {c['message']}" for c in results["gate"]["checks"] if c["outcome"] != "pass")
         gha.error(f"OR-Bench gate {verdict}: {failed}", title="pytest-orbench", file=settings.system_prompt_file)
+    skipped = results["gate"].get("baseline_only") or []
+    if skipped:
+        # A pull request that stops running a dataset stops its check: say so where reviewers look.
+        gha.warning(f"not checked: {', '.join(skipped)} (in the baseline, not run by this job); the verdict covers "
+                    f"{', '.join(results['gate'].get('compared') or []) or 'no dataset'} only", title="pytest-orbench")
 
     values["comment-url"] = _comment(settings, github_factory, results) or ""
     _set_outputs(values)

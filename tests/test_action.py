@@ -200,6 +200,16 @@ def test_ungated_run_is_said_plainly_and_does_not_fail_the_job(env: dict[str, st
     assert "ungated" in Path(env["GITHUB_STEP_SUMMARY"]).read_text(encoding="utf-8")
 
 
+def test_a_dataset_the_baseline_has_but_the_job_skipped_is_a_warning(env: dict[str, str], github: FakeGitHub,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # A pull request that stops running hard-1k stops the over-refusal check: the pass covers toxic only.
+    base = baseline_document(make_results({"hard-1k": [False] * 200, "toxic": [True] * 100}))
+    write(env, assess(make_results({"toxic": [True] * 100}), base, parse_gate({})))
+    assert main() == 0 and outputs(env)["verdict"] == "pass"
+    assert ("::warning title=pytest-orbench::not checked: hard-1k (in the baseline, not run by this job); "
+            "the verdict covers toxic only") in capsys.readouterr().out
+
+
 HTML_502 = "<html><head><title>502 Bad Gateway</title></head><body><h1>502 Bad Gateway</h1></body></html>"
 
 
