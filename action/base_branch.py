@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -55,12 +54,9 @@ def show(ref: str, path: str) -> str | None:
 
 
 def _flags(pytest_args: str) -> set[str]:
-    """The long options named in the job's pytest-args (`--flag value` or `--flag=value`)."""
-    try:
-        words = shlex.split(pytest_args)
-    except ValueError:
-        words = pytest_args.split()
-    return {w.split("=", 1)[0] for w in words if w.startswith("--")}
+    """The long options named in the job's pytest-args (`--flag value` or `--flag=value`), split on
+    whitespace as the Run step splits them."""
+    return {w.split("=", 1)[0] for w in pytest_args.split() if w.startswith("--")}
 
 
 def base_arguments(env: Mapping[str, str], temp: Path) -> tuple[list[str], dict[str, Any]]:

@@ -85,12 +85,11 @@ def _no_results(settings: ActionSettings, github_factory: Callable[[ActionSettin
         message = (f"pytest --orbench wrote no results (exit code {settings.pytest_exit_code}), so nothing was "
                    "compared; see the Run step's log for the usage error or crash")
     gha.error(message, title="pytest-orbench")
-    values = {"verdict": "inconclusive", "results-path": "", "comment-url": ""}
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         gha.append_job_summary(f"### OR-Bench over-refusal check: ⚠️ **inconclusive**\n\n{message}\n")
     # An earlier verdict on the pull request (perhaps a pass) must not stand for this run.
-    values["comment-url"] = _comment(settings, github_factory, None, message) or ""
-    _set_outputs(values)
+    url = _comment(settings, github_factory, None, message) or ""
+    _set_outputs({"verdict": "inconclusive", "results-path": "", "comment-url": url})
     return 1 if settings.fail_on_regression else 0
 
 

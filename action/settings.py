@@ -9,6 +9,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 COMMENT_MODES = ("always", "on-change", "never")
 COMPARE_MODES = ("baseline", "base-branch")
@@ -45,22 +46,25 @@ def _bool(name: str, value: str) -> bool:
     raise ActionSettingsError(f"input {name} must be true or false, got {value!r}")
 
 
-def pull_request_number(event_path: str | None) -> int | None:
-    """The PR number from the event payload (pull_request, pull_request_target, issue_comment)."""
+def read_event(event_path: str | None) -> dict[str, Any]:
+    """The event payload the runner wrote ({} when there is none)."""
     if not event_path or not Path(event_path).is_file():
-        return None
+        return {}
     event = json.loads(Path(event_path).read_text(encoding="utf-8"))
+    return event if isinstance(event, dict) else {}
+
+
+def pull_request_number(event: Mapping[str, Any]) -> int | None:
+    """The PR number from the event payload (pull_request, pull_request_target, issue_comment)."""
     number = (event.get("pull_request") or {}).get("number")
     if number is None and (event.get("issue") or {}).get("pull_request"):
         number = event["issue"].get("number")
     return int(number) if number is not None else None
 
 
-def from_fork(event_path: str | None) -> bool:
+def from_fork(event: Mapping[str, Any]) -> bool:
     """Whether the pull request's head is in another repository (its token is read-only there)."""
-    if not event_path or not Path(event_path).is_file():
-        return False
-    pull = json.loads(Path(event_path).read_text(encoding="utf-8")).get("pull_request") or {}
+    pull = event.get("pull_request") or {}
     # Not head.repo.fork: a branch of a repository that is itself a fork has a writable token.
     head, base = ((pull.get(side) or {}).get("repo") or {} for side in ("head", "base"))
     return bool(head.get("full_name") and base.get("full_name") and head["full_name"] != base["full_name"])
@@ -94,17 +98,18 @@ def from_env(env: Mapping[str, str] = os.environ) -> ActionSettings:
     # edits the same comment instead of leaving a stale one behind.
     identity = "|".join(env.get(k, "") for k in ("GITHUB_WORKFLOW", "GITHUB_JOB", "ORBENCH_COMMENT_KEY"))
     exit_code = env.get("ORBENCH_PYTEST_EXIT_CODE", "").strip()
+    event = read_event(env.get("GITHUB_EVENT_PATH"))
     return ActionSettings(
         results_path=Path(results),
         api_url=env.get("GITHUB_API_URL", "https://api.github.com").rstrip("/"),
         repository=env.get("GITHUB_REPOSITORY", ""),
-        pr_number=pull_request_number(env.get("GITHUB_EVENT_PATH")),
+        pr_number=pull_request_number(event),
         comment=comment,
         fail_on_regression=_bool("fail-on-regression", env.get("ORBENCH_FAIL_ON_REGRESSION", "true")),
         config_id=hashlib.sha256(identity.encode()).hexdigest()[:12],
         system_prompt_file=env.get("ORBENCH_SYSTEM_PROMPT_FILE") or None,
         pytest_exit_code=int(exit_code) if exit_code.lstrip("-").isdigit() else None,
-        from_fork=from_fork(env.get("GITHUB_EVENT_PATH")),
+        from_fork=from_fork(event),
         token=env.get("GITHUB_TOKEN") or None,
         run_failure=RUN_FAILURES.get(exit_code),
     )

@@ -237,20 +237,17 @@ def _retry_after(exc: BaseException) -> float | None:
         return None
 
 
-# Environment variables whose values are secrets by their name (OPENAI_API_KEY, GITHUB_TOKEN, DB_PASSWORD, ...).
+# Environment variables whose values are secrets by their name: every provider's key variable, which
+# litellm reads by itself (OPENAI_API_KEY, ... in spec.PROVIDER_KEYS), GITHUB_TOKEN, DB_PASSWORD, ...
 _SECRET_NAME = re.compile(r"(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)(?:_|$)", re.IGNORECASE)
 
 
 def scrub(spec: ModelSpec, text: str) -> str:
-    """Error text without the endpoint's key, any value read from the environment for its calls (headers),
-    the provider's own key variable (litellm reads OPENAI_API_KEY by itself) or any other environment
-    value named like a secret: a gateway that echoes the key it was given must not put it in a report."""
+    """Error text without the endpoint's key, any value read from the environment for its calls (headers)
+    or any environment value named like a secret: a gateway that echoes the key it was given must not
+    put it in a report."""
     key = spec.api_key or (os.environ.get(spec.api_key_env) if spec.api_key_env else None)
-    named = [os.environ.get(name) for name in env_refs(spec.call_kwargs)]
-    provider_key = PROVIDER_KEYS.get(provider_of(spec.model))
-    if provider_key:
-        named.append(os.environ.get(provider_key))
-    secrets = [s for s in [key, *named] if s and len(s) >= 4]
+    secrets = [s for s in [key, *(os.environ.get(name) for name in env_refs(spec.call_kwargs))] if s and len(s) >= 4]
     secrets += [v for name, v in os.environ.items() if len(v) >= 8 and _SECRET_NAME.search(name)]
     for secret in sorted(set(secrets), key=len, reverse=True):
         text = text.replace(secret, "***")

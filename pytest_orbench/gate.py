@@ -176,13 +176,6 @@ def _decide_regressions(checks: list[GateCheck]) -> None:
         worse, tolerance, alpha, p = check["observed"], check.pop("tolerance_pp"), check["alpha"], check["p_value"]
         assert worse is not None  # a regression check always observes a delta
         check["p_adjusted"] = comparison["p_adjusted"] = p_adjusted
-        check["outcome"] = "fail" if 100 * worse > tolerance and p_adjusted < alpha else "pass"
-        holm_text = f", Holm-adjusted over {family} regression checks p = {p_adjusted:.3g}" if family > 1 else ""
-        check["message"] = (
-            f"{100 * worse:+.1f} pp in the regression direction on {comparison['n']} paired prompts "
-            f"({comparison['regressed']} regressed, {comparison['improved']} improved), tolerance {tolerance:.1f} pp, "
-            f"one-sided {comparison.get('test', 'exact McNemar')} p = {p:.3g}{holm_text} (alpha {alpha:g})"
-        )
         # A check that could not fail is not a check: with n paired prompts the smallest one-sided p is
         # 0.5 ** n (every one regressed), so below log2(1/alpha) prompts no regression can be detected.
         n = comparison["n"]
@@ -193,6 +186,14 @@ def _decide_regressions(checks: list[GateCheck]) -> None:
                  f"only {n} paired prompt{'s' if n != 1 else ''}: even if every one regressed, p would be "
                  f"{0.5 ** n:.3g} >= alpha {alpha:g}, so no regression could be detected")
                 + "; run the baseline's prompts (the same datasets, sample size and seed)")
+            continue
+        check["outcome"] = "fail" if 100 * worse > tolerance and p_adjusted < alpha else "pass"
+        holm_text = f", Holm-adjusted over {family} regression checks p = {p_adjusted:.3g}" if family > 1 else ""
+        check["message"] = (
+            f"{100 * worse:+.1f} pp in the regression direction on {comparison['n']} paired prompts "
+            f"({comparison['regressed']} regressed, {comparison['improved']} improved), tolerance {tolerance:.1f} pp, "
+            f"one-sided {comparison.get('test', 'exact McNemar')} p = {p:.3g}{holm_text} (alpha {alpha:g})"
+        )
 
 
 def mark_stopped(gate: GateResult, reason: str) -> None:
@@ -205,8 +206,11 @@ def mark_stopped(gate: GateResult, reason: str) -> None:
         gate.pop("note", None)
 
 
-def assess(results: ResultsDocument, baseline: BaselineDocument | None, config: GateConfig) -> ResultsDocument:
-    """Add the comparison with `baseline` (if any), what changed, and the gate verdict to `results`."""
+def assess(results: ResultsDocument, baseline: BaselineDocument | None, config: GateConfig,
+           uncompared: str | None = None) -> ResultsDocument:
+    """Add the comparison with `baseline` (if any), what changed, and the gate verdict to `results`.
+    `uncompared`: why no comparison was made though one was asked for; it is the note of an ungated
+    verdict, else the first warning (absolute limits were checked, no regression was)."""
     not_compared: list[str] = []
     if baseline is not None:
         hashes = {p["id"]: p["prompt_sha256"] for p in results["prompts"]}
@@ -215,6 +219,11 @@ def assess(results: ResultsDocument, baseline: BaselineDocument | None, config: 
             results["datasets"][name]["comparison"] = block
         not_compared = [n for n in results["datasets"] if n not in baseline["datasets"]]
     results["gate"] = evaluate(results, config, sampled=bool(results["run"].get("sample")))
+    if uncompared is not None:
+        if results["gate"]["verdict"] == "ungated":
+            results["gate"]["note"] = uncompared
+        else:
+            results["gate"]["warnings"].insert(0, uncompared)
     if baseline is not None:
         results["gate"]["compared"] = [n for n in results["datasets"] if n in baseline["datasets"]]
         results["gate"]["not_compared"] = not_compared  # in this run, not in the baseline

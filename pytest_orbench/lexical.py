@@ -301,7 +301,7 @@ _QUOTED = re.compile(r"\"[^\"\n]{0,200}\"|\u201c[^\u201d\n]{0,200}\u201d")
 def _normalise(text: str) -> str:
     text = text.replace("\u2019", "'").replace("\u2018", "'").replace("\u02bc", "'")
     text = _CODE.sub(" ", text)  # "cannot" in code or in quoted examples is not the assistant speaking
-    return _QUOTED.sub(" ", text)
+    return _US.sub("USA", _QUOTED.sub(" ", text))  # "US states" is not "us"
 
 
 def find_refusal(text: str) -> tuple[str, int] | None:
@@ -378,7 +378,7 @@ def read(prompt: str, reply: str) -> Reading:
     text = reply.replace("\u2019", "'").replace("\u2018", "'").replace("\u02bc", "'").strip()
     low = text.lower()
     # The stance is read from what the assistant says itself: quoted text and code are left out.
-    normalised = _US.sub("USA", _normalise(text))  # "US states" is not "us"
+    normalised = _normalise(text)
     sentences = [s for s in _SENTENCE.split(normalised) if s.strip()]
     out: set[str] = set()
     words = _WORD.findall(normalised.lower())
@@ -429,15 +429,13 @@ def read(prompt: str, reply: str) -> Reading:
     short = length < 700
     cue_hits = [(name, len(rx.findall(text))) for name, rx in _CUE_RX.items()]
     counted: dict[str, int] = {}
+    # "Cannot" counts only when the speaker says it of itself: "this can't be undone" is not declining.
     for k, cues in enumerate(map(_cues_of_word, words)):
         for cue in cues:
-            if cue == "cannot" and not _SELF.intersection(words[max(0, k - 2):k]):
-                continue  # "this can't be undone" is not the speaker declining
-            counted[cue] = counted.get(cue, 0) + 1
+            if cue != "cannot" or _SELF.intersection(words[max(0, k - 2):k]):
+                counted[cue] = counted.get(cue, 0) + 1
     for k, paired in enumerate(map(_PAIR_CUES.get, zip(words, words[1:]))):
-        if paired:
-            if paired == "cannot" and not _SELF.intersection(words[max(0, k - 2):k]):
-                continue
+        if paired and (paired != "cannot" or _SELF.intersection(words[max(0, k - 2):k])):
             counted[paired] = counted.get(paired, 0) + 1
     cue_hits.extend(counted.items())
     for name, hits in cue_hits:

@@ -140,24 +140,17 @@ class RunResults:
                 results["drift"] = drift(self.plugin.baseline, base_results, s.gate.alpha)
         run["compared_with"] = ("live base" if s.base is not None else
                                 f"baseline file {s.baseline}" if self.plugin.baseline is not None else None)
-        identical = s.base is not None and not run.get("base", {}).get("differs")
-        if identical:
+        uncompared = None
+        if s.base is not None and not run.get("base", {}).get("differs"):
             # The base asks exactly what the run asks (same model, endpoint, parameters and system prompt):
             # its replies are the run's own, so a comparison would check the run against itself.
-            reference = None
-            run["compared_with"] = None
-        self.results = assess(results, reference, s.gate)
+            reference, run["compared_with"], uncompared = None, None, LIVE_BASE_IDENTICAL
+        self.results = assess(results, reference, s.gate, uncompared)
         stopped = self._stopped(session, exitstatus, len(records))
         if stopped:
             mark_stopped(self.results["gate"], stopped)
-        if identical:
-            gate = self.results["gate"]
-            if gate["verdict"] == "ungated":
-                gate["note"] = LIVE_BASE_IDENTICAL
-            else:  # absolute limits were checked; no regression was
-                gate["warnings"].insert(0, LIVE_BASE_IDENTICAL)
         if s.update_baseline and s.baseline is not None:
-            reason = self._incomplete(session, exitstatus, records)
+            reason = stopped or self._incomplete(records)
             self.results["run"]["baseline_update"] = {"path": str(s.baseline), "written": reason is None, "reason": reason}
             if reason is None:
                 save_baseline(s.baseline, self.results)
@@ -176,13 +169,10 @@ class RunResults:
             return f"the run stopped early ({session.shouldfail or session.shouldstop}) after {ran} of {total} prompts"
         return None
 
-    def _incomplete(self, session: pytest.Session, exitstatus: int, records: list[PromptRecord]) -> str | None:
-        """Why this run may not become a baseline (None: it may). A baseline is only ever a complete,
-        trustworthy run: every selected prompt answered, within the error budget, not a sample of a
-        full baseline, not interrupted."""
-        stopped = self._stopped(session, exitstatus, len(records))
-        if stopped:
-            return stopped
+    def _incomplete(self, records: list[PromptRecord]) -> str | None:
+        """Why this run, which was not stopped (`_stopped`), may not become a baseline (None: it may). A
+        baseline is only ever a complete, trustworthy run: every selected prompt answered, within the
+        error budget, not a sample of a full baseline."""
         total = sum(len(d.prompts) for d in self.plugin.datasets)
         if len(records) < total:
             return (f"only {len(records)} of the run's {total} prompts ran (-k/-m deselection, -x or an interruption); "
