@@ -402,21 +402,33 @@ def load_dataset(spec: DatasetSpec, data_dir: Path | None, cache_dir: Path) -> D
 
 
 def stratified_sample(prompts: tuple[Prompt, ...], n: int, seed: int, salt: str) -> tuple[Prompt, ...]:
-    """`n` prompts, categories in proportion (largest remainder), seeded; original order kept."""
+    """`n` prompts, categories in proportion, seeded; original order kept.
+
+    Samples are nested: with the same seed, a smaller sample is part of every larger one, so a run
+    of 100 against a baseline sampled at 500 compares all of its 100 prompts. Each category's prompts
+    are shuffled by a generator of its own; the sample takes them in that order, one at a time, to the
+    category the quota method (Balinski and Young 1975) picks next, which keeps every category's count
+    within one of its proportional share at every size."""
     if n >= len(prompts):
         return prompts
     by_category: dict[str, list[int]] = defaultdict(list)
     for index, prompt in enumerate(prompts):
         by_category[prompt.category].append(index)
-    total = len(prompts)
-    quotas = {c: n * len(ix) / total for c, ix in by_category.items()}
-    counts = {c: int(q) for c, q in quotas.items()}
-    leftover = n - sum(counts.values())
-    # Largest remainder; ties broken by category name so the allocation is deterministic.
-    for c in sorted(quotas, key=lambda c: (-(quotas[c] - counts[c]), c))[:leftover]:
-        counts[c] += 1
-    rng = random.Random(f"{seed}:{salt}")
-    chosen: list[int] = []
-    for c in sorted(by_category):
-        chosen.extend(rng.sample(by_category[c], counts[c]))
+    for category, indices in by_category.items():
+        random.Random(f"{seed}:{salt}:{category}").shuffle(indices)
+    counts = _quota_counts({c: len(ix) for c, ix in by_category.items()}, n)
+    chosen = [i for c, ix in by_category.items() for i in ix[:counts[c]]]
     return tuple(prompts[i] for i in sorted(chosen))
+
+
+def _quota_counts(sizes: dict[str, int], n: int) -> dict[str, int]:
+    """How many of each category a sample of `n` takes: seats handed out one at a time, each to the
+    category with the most members per seat (m / (a + 1)) among those still under their upper quota
+    at that size; ties go to the larger category, then to the name. House-monotone and within quota."""
+    total = sum(sizes.values())
+    counts = dict.fromkeys(sizes, 0)
+    for size in range(1, n + 1):
+        eligible = [c for c, m in sizes.items() if counts[c] < -(-size * m // total)]
+        pick = max(eligible, key=lambda c: (sizes[c] / (counts[c] + 1), sizes[c], c))
+        counts[pick] += 1
+    return counts

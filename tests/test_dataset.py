@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+import random
 import shutil
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from fractions import Fraction
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,7 @@ from pytest_orbench.dataset import (
     TOXIC,
     DatasetError,
     DatasetSpec,
+    Prompt,
     load_builtin,
     load_custom,
     parse_spec,
@@ -142,8 +146,41 @@ def test_stratified_sample(data_dir: Path, tmp_path: Path, n: int) -> None:
     assert sample != stratified_sample(prompts, n, seed=4, salt="hard-1k")
     whole = Counter(p.category for p in prompts)
     for category, count in Counter(p.category for p in sample).items():
-        assert abs(count - n * whole[category] / len(prompts)) < 1  # proportional, largest remainder
+        assert abs(count - n * whole[category] / len(prompts)) < 1  # proportional
     assert stratified_sample(prompts, 5000, seed=3, salt="x") == prompts
+
+
+def test_stratified_samples_are_nested(data_dir: Path, tmp_path: Path) -> None:
+    """A smaller sample with the same seed is part of a larger one: a run of 30 against a baseline
+    sampled at 100 compares all 30 prompts (independent draws would share about 2 of them)."""
+    prompts = load_builtin("hard-1k", data_dir, tmp_path).prompts
+    for seed in (3, 4, 5):
+        sizes = (1, 7, 30, 100, 101, 500, 1318)
+        samples = [set(stratified_sample(prompts, n, seed=seed, salt="hard-1k")) for n in sizes]
+        for smaller, larger in zip(samples, samples[1:]):
+            assert smaller < larger
+    other = set(stratified_sample(prompts, 100, seed=6, salt="hard-1k"))
+    assert len(other & samples[3]) < 30  # another seed draws other prompts
+
+
+def test_stratified_sample_stays_within_quota_at_every_size() -> None:
+    """Every category's count is its proportional share rounded down or up, at every sample size,
+    for skewed and tiny categories (largest remainder can break nesting; plain divisor methods break quota)."""
+    rng = random.Random(11)
+    for case in range(30):
+        sizes = [rng.choice([1, 2, 3, rng.randint(1, 30), rng.randint(1, 120)]) for _ in range(rng.randint(2, 9))]
+        prompts = tuple(Prompt(f"p{c}-{k}", "mine", f"cat{c}", f"text {c} {k}", "answer", f"{c}-{k}")
+                        for c, size in enumerate(sizes) for k in range(size))
+        total = len(prompts)
+        previous: set[Prompt] = set()
+        for n in range(1, total):
+            sample = set(stratified_sample(prompts, n, seed=case, salt="x"))
+            assert len(sample) == n and previous < sample
+            counts = Counter(p.category for p in sample)
+            for c, size in enumerate(sizes):
+                share = Fraction(n * size, total)
+                assert math.floor(share) <= counts[f"cat{c}"] <= math.ceil(share), (case, n, c)
+            previous = sample
 
 
 def test_parse_spec(tmp_path: Path) -> None:
