@@ -47,10 +47,24 @@ def base_commit(base_ref: str) -> str:
     return ref
 
 
+# What git says when a path is simply not in that commit (anything else is an error, not "no file").
+_ABSENT = ("does not exist in", "exists on disk, but not in")
+
+
 def show(ref: str, path: str) -> str | None:
-    """The file's text on `ref`, or None when it does not exist there."""
-    proc = _git("show", f"{ref}:./{path}")  # ./: relative to the working directory, as the inputs are
-    return proc.stdout if proc.returncode == 0 else None
+    """The file's text on `ref`, or None when it does not exist there. `path` is relative to the working
+    directory, as the inputs are, or absolute (`${{ github.workspace }}/prompts/bot.txt`); one git cannot
+    read (outside the repository) raises, so it is never mistaken for a base without the file."""
+    if Path(path).is_absolute():
+        path = os.path.relpath(path)  # git reads `ref:./x` relative to the working directory only
+    proc = _git("show", f"{ref}:./{path}")
+    if proc.returncode == 0:
+        return proc.stdout
+    message = " ".join(proc.stderr.split())
+    if any(text in message for text in _ABSENT):
+        return None
+    raise BaseBranchError(f"cannot read {path} on the base branch: {message[:200]}; give the input as a path "
+                          "inside the repository")
 
 
 def _flags(pytest_args: str) -> set[str]:

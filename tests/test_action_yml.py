@@ -329,3 +329,26 @@ def test_base_branch_without_the_prompt_file_means_no_system_prompt(tmp_path: Pa
             base_arguments({}, tmp_path)
     finally:
         os.chdir(cwd)
+
+
+def test_base_branch_reads_an_absolute_input_path_and_refuses_one_outside_the_repository(tmp_path: Path) -> None:
+    from action.base_branch import BaseBranchError, base_arguments
+
+    # ${{ github.workspace }}/prompts/system.txt: main has that file; its base is not "no system prompt".
+    workspace = pull_request_checkout(tmp_path, {"prompts/system.txt": "Be kind.", "orbench.yaml": "model: openai/m\n"},
+                                      {"prompts/system.txt": "Be careful."})
+    cwd = os.getcwd()
+    os.chdir(workspace)
+    try:
+        env = {"GITHUB_BASE_REF": "main", "ORBENCH_SYSTEM_PROMPT_FILE": str(workspace / "prompts" / "system.txt"),
+               "ORBENCH_CONFIG": str(workspace / "orbench.yaml")}
+        args, info = base_arguments(env, tmp_path)
+        assert args[0] == "--orbench-base-model=openai/m" and info["notes"] == []  # main's orbench.yaml was read
+        assert args[-1] == f"--orbench-base-system-prompt-file={tmp_path / 'orbench-base-system-prompt.txt'}"
+        assert (tmp_path / "orbench-base-system-prompt.txt").read_text(encoding="utf-8") == "Be kind."
+        outside = tmp_path / "elsewhere.txt"
+        outside.write_text("Be kind.", encoding="utf-8")
+        with pytest.raises(BaseBranchError, match=r"cannot read \.\./elsewhere\.txt on the base branch: .*outside repository"):
+            base_arguments({**env, "ORBENCH_SYSTEM_PROMPT_FILE": str(outside)}, tmp_path)
+    finally:
+        os.chdir(cwd)
