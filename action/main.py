@@ -15,6 +15,7 @@ from action.comment import build_body, upsert
 from action.github import GitHub, GitHubError
 from action.settings import ActionSettings, ActionSettingsError, from_env
 from pytest_orbench.gate import BLOCKING
+from pytest_orbench.markdown import error_reasons
 from pytest_orbench.records import ResultsDocument, ResultsError, load_results
 
 OVER_REFUSAL = ("hard-1k", "xstest-safe", "80k")
@@ -29,16 +30,23 @@ def _fmt(value: float | None) -> str:
     return "" if value is None else f"{value:.4f}"
 
 
+def _delta(summary: dict[str, Any] | None) -> float | None:
+    """The paired delta, None when nothing was paired (every prompt errored): never a made-up 0."""
+    comparison = (summary or {}).get("comparison") or {}
+    return comparison.get("delta") if comparison.get("n") else None
+
+
 def outputs(results: ResultsDocument) -> dict[str, str]:
     datasets = results["datasets"]
     over, toxic = _first(datasets, OVER_REFUSAL), _first(datasets, TOXIC)
-    p_values = [c["p_value"] for c in results["gate"]["checks"] if c["kind"] == "regression"]
+    p_values = [c["p_value"] for c in results["gate"]["checks"]
+                if c["kind"] == "regression" and _delta(dict(datasets.get(c["dataset"]) or {})) is not None]
     return {
         "verdict": results["gate"]["verdict"],
         "over-refusal-rate": _fmt(over["rejection_rate"] if over else None),
-        "over-refusal-delta": _fmt((over.get("comparison") or {}).get("delta") if over else None),
+        "over-refusal-delta": _fmt(_delta(over)),
         "toxic-rejection-rate": _fmt(toxic["rejection_rate"] if toxic else None),
-        "toxic-rejection-delta": _fmt((toxic.get("comparison") or {}).get("delta") if toxic else None),
+        "toxic-rejection-delta": _fmt(_delta(toxic)),
         "p-value": f"{min(p_values):.6g}" if p_values else "",
     }
 
@@ -149,6 +157,11 @@ def main(env: Mapping[str, str] | None = None, github_factory: Callable[[ActionS
     elif verdict != "pass":
         failed = "; ".join(f"{c['name']}: {c['message']}" for c in results["gate"]["checks"] if c["outcome"] != "pass")
         gha.error(f"OR-Bench gate {verdict}: {failed}", title="pytest-orbench", file=settings.system_prompt_file)
+    errored, reasons = error_reasons(results, limit=1)
+    if errored:
+        # What went wrong with the endpoint, where the annotation is read (the comment lists more).
+        gha.warning(f"{errored} of {len(results['prompts'])} prompts got no reply after the retries; most often: "
+                    f"{reasons[0][0][:300]} ({reasons[0][1]})", title="pytest-orbench")
     skipped = results["gate"].get("baseline_only") or []
     if skipped:
         # A pull request that stops running a dataset stops its check: say so where reviewers look.

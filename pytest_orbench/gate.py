@@ -146,9 +146,10 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
                        "pass", "")
         check["p_value"], check["alpha"] = comparison["p_value"], alpha
         check["tolerance_pp"], check["comparison"] = tolerance, comparison
+        check["replied"] = total - summary["errors"] - unscored  # prompts with a verdict: all 0, all errored
         checks.append(check)
         detectable = comparison["detectable"]
-        if sampled and tolerance < 100 * detectable:
+        if sampled and comparison["n"] and tolerance < 100 * detectable:  # n = 0: its check says why
             size = (f"can only detect an increase of about {100 * detectable:.1f} pp" if detectable < 1 else
                     "is too small to detect any increase")
             warnings.append(
@@ -174,11 +175,18 @@ def _decide_regressions(checks: list[GateCheck]) -> None:
     for check, p_adjusted in zip(checks, adjusted):
         comparison = check.pop("comparison")
         worse, tolerance, alpha, p = check["observed"], check.pop("tolerance_pp"), check["alpha"], check["p_value"]
+        replied = check.pop("replied")
         assert worse is not None  # a regression check always observes a delta
         check["p_adjusted"] = comparison["p_adjusted"] = p_adjusted
         # A check that could not fail is not a check: with n paired prompts the smallest one-sided p is
         # 0.5 ** n (every one regressed), so below log2(1/alpha) prompts no regression can be detected.
         n = comparison["n"]
+        if n == 0 and replied == 0:
+            # Not a sampling mismatch: every prompt errored (endpoint down, key rejected, rate limits).
+            check["outcome"] = "inconclusive"
+            check["message"] = ("nothing was compared: every prompt of this run errored or went unscored "
+                                "(see the errors reported for it), so no reply was judged")
+            continue
         if 0.5 ** n >= alpha:
             check["outcome"] = "inconclusive"
             check["message"] = (

@@ -96,10 +96,13 @@ def _dataset_rows(results: ResultsDocument) -> list[str]:
                 "|---|---|--:|--:|--:|---|--:|--:|--:|"]
     for name, s in results["datasets"].items():
         c = s.get("comparison")
-        if has_baseline and c:
+        if has_baseline and c and c["n"]:
             rows.append(f"| {md_escape(name)} | {s['expected']} | {c['n']} | {pct(c['baseline_rate'])} | {pct(c['rate'])} | "
                         f"{pp(c['delta'])} | {_ci_pp(c['delta_ci95'])} | {_p(c['p_value'])} | {_p(c.get('p_adjusted'))} | "
                         f"{c['newly_refused']} | {c['newly_answered']} |")
+        elif has_baseline and c:  # no paired prompt (all errored): a delta of +0.0 pp would be made up
+            rows.append(f"| {md_escape(name)} | {s['expected']} | 0 | n/a | {pct(s['rejection_rate'])} | nothing compared "
+                        "| | | | | |")
         elif has_baseline:
             rows.append(f"| {md_escape(name)} | {s['expected']} | {s['n']} | not compared | {pct(s['rejection_rate'])} "
                         "| | | | | | |")
@@ -110,6 +113,34 @@ def _dataset_rows(results: ResultsDocument) -> list[str]:
     if has_baseline:
         rows += ["", f"<sub>{md_text(P_EXPLAINED)}</sub>"]
     return rows
+
+
+def error_reasons(results: ResultsDocument, limit: int = 3) -> tuple[int, list[tuple[str, int]]]:
+    """Prompts without a reply after the retries, and their most common errors (most frequent first).
+    An error that quotes a toxic prompt's text is withheld like the prompt itself."""
+    counts: dict[str, int] = {}
+    errored = 0
+    for prompt in results["prompts"]:
+        error = prompt.get("error")
+        if prompt.get("verdict") != "error" or not error:
+            continue
+        errored += 1
+        text = " ".join(str(error).split())
+        quoted = str(prompt.get("prompt") or "")[:40]
+        if prompt.get("expected") == "refuse" and quoted and quoted in text:
+            text = "(withheld: the error quotes a toxic prompt)"
+        counts[text] = counts.get(text, 0) + 1
+    # The cause before its consequence: "not requested: <the cause>" follows the errors it stopped calls for.
+    return errored, sorted(counts.items(), key=lambda item: (item[0].startswith("not requested:"), -item[1]))[:limit]
+
+
+def _errors(results: ResultsDocument) -> list[str]:
+    errored, reasons = error_reasons(results)
+    if not errored:
+        return []
+    listed = "; ".join(f"{md_code(text, 240)} ({count})" for text, count in reasons)
+    return [f"**No reply for {errored} of {len(results['prompts'])} prompts** (errors after the retries, counted "
+            f"neither as answers nor as refusals): {listed}", ""]
 
 
 def _changes(results: ResultsDocument) -> list[str]:
@@ -189,6 +220,7 @@ def render_markdown(results: ResultsDocument, list_limit: int | None = None) -> 
         "",
         *_dataset_rows(results),
         "",
+        *_errors(results),
     ]
     if gate:
         if gate.get("not_compared") or gate.get("baseline_only"):
@@ -219,7 +251,8 @@ def render_markdown(results: ResultsDocument, list_limit: int | None = None) -> 
     if ours:
         lines += ["", "**Trade-off** (grey: the 32 models published in the OR-Bench paper; top left is best)", "",
                   mermaid(points + ours), ""]
-    compared = [(n, s["comparison"]) for n, s in results["datasets"].items() if s.get("comparison")]
+    compared = [(n, block) for n, s in results["datasets"].items()
+                if (block := s.get("comparison")) is not None and block["n"]]
     if compared:
         lines += ["<details><summary>Per category</summary>", "",
                   "| dataset | category | n | baseline | current | Δ | p (one-sided, not adjusted) | newly refused | newly answered |",

@@ -202,6 +202,7 @@ class GateCheck(TypedDict):
     p_adjusted: NotRequired[float]
     tolerance_pp: NotRequired[float]  # while deciding (gate._decide_regressions), then dropped
     comparison: NotRequired[Comparison]  # while deciding, then dropped
+    replied: NotRequired[int]  # while deciding: the dataset's prompts with a verdict, then dropped
 
 
 class GateResult(TypedDict):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -327,3 +329,30 @@ def test_what_is_retried(github: FakeGitHub, status: int, body: dict[str, str], 
         assert caught.value.status == status and caught.value.attempts == 1
         assert "resets in" in str(caught.value) or "X-RateLimit-Reset" not in headers
     assert slept == waits and len(github.requests) == 1 + len(waits)
+
+
+@pytest.mark.usefixtures("orbench_env")
+def test_an_endpoint_that_answers_nothing_is_named_not_compared_as_zero(
+        env: dict[str, str], github: FakeGitHub, mock_factory: Callable[..., Any], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # The real plugin against the simulator: a baseline from a healthy endpoint, then a PR run whose
+    # endpoint rejects the job's key on every call. Nothing is compared, and the comment says why.
+    def orbench(url: str, *extra: str) -> None:
+        subprocess.run([sys.executable, "-m", "pytest", "--orbench-only", "--orbench-model=openai/orbench-mock",
+                        f"--orbench-api-base={url}", "--orbench-sample=5", "--orbench-seed=1", "--orbench-retries=0",
+                        f"--orbench-baseline={tmp_path / 'baseline.json'}", "-p", "no:cacheprovider", *extra],
+                       cwd=tmp_path, capture_output=True, timeout=300)
+    orbench(mock_factory().url, "--orbench-update-baseline")
+    orbench(mock_factory(api_key="sk-the-endpoints-own-key").url, f"--orbench-json={env['ORBENCH_RESULTS_PATH']}")
+    assert main() == 1
+    out = outputs(env)
+    assert out["verdict"] == "inconclusive" and out["over-refusal-delta"] == out["toxic-rejection-delta"] == ""
+    assert out["p-value"] == ""  # no regression check compared anything
+    (comment,) = github.comments.values()
+    body = comment["body"]
+    assert "**No reply for 10 of 10 prompts**" in body and "Incorrect API key provided: ***" in body
+    assert "every prompt of this run errored or went unscored" in body
+    assert "+0.0 pp" not in body and "in the baseline" not in body  # not a sampling mismatch, not "no change"
+    stdout = capsys.readouterr().out
+    assert "::warning title=pytest-orbench::10 of 10 prompts got no reply after the retries; most often: " in stdout
+    assert "sk-test-not-a-real-key" not in body + stdout + Path(env["GITHUB_STEP_SUMMARY"]).read_text(encoding="utf-8")
