@@ -138,7 +138,10 @@ def main(env: Mapping[str, str] | None = None) -> int:
     try:
         args, info = base_arguments(env, temp)
     except (BaseBranchError, OSError, subprocess.TimeoutExpired, yaml.YAMLError) as exc:
-        print(f"::error title=pytest-orbench::{' '.join(str(exc).split())}", file=sys.stderr)
+        text = " ".join(str(exc).split())
+        print(f"::error title=pytest-orbench::{text}", file=sys.stderr)
+        # For the Report step's comment (action/settings.py RUN_ERROR; run by path, this script cannot import it).
+        (temp / "orbench-run-error").write_text(text, encoding="utf-8")
         return 1
     (temp / "orbench-base.json").write_text(json.dumps(info), encoding="utf-8")
     sys.stdout.write("".join(a + "\0" for a in args))

@@ -21,7 +21,8 @@ def build_body(results: ResultsDocument, config_id: str, max_chars: int = GITHUB
 
 
 def notice_body(config_id: str, text: str) -> str:
-    """The comment when there are no results to show (the run failed before writing them)."""
+    """The comment when there are no results to show (the run failed before writing them); `text` is
+    Markdown, with anything from the pull request already escaped."""
     return f"{marker(config_id)}\n### OR-Bench over-refusal check: ⚠️ **inconclusive**: {text}\n"
 
 

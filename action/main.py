@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -13,9 +14,9 @@ import github_action_utils as gha
 
 from action.comment import build_body, upsert
 from action.github import GitHub, GitHubError
-from action.settings import ActionSettings, ActionSettingsError, from_env
+from action.settings import RUN_ERROR, RUN_STDERR, ActionSettings, ActionSettingsError, from_env
 from pytest_orbench.gate import BLOCKING
-from pytest_orbench.markdown import error_reasons
+from pytest_orbench.markdown import error_reasons, md_code, md_text
 from pytest_orbench.records import ResultsDocument, ResultsError, load_results
 
 OVER_REFUSAL = ("hard-1k", "xstest-safe", "80k")
@@ -86,17 +87,50 @@ def _set_outputs(values: Mapping[str, str]) -> None:
             gha.set_output(name, value)
 
 
-def _no_results(settings: ActionSettings, github_factory: Callable[[ActionSettings], GitHub] | None) -> int:
+_SECRET_NAME = re.compile(r"(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)(?:_|$)", re.IGNORECASE)
+
+
+def _scrub(text: str, env: Mapping[str, str]) -> str:
+    """No value of a variable named like a secret (the provider's key, the GitHub token) in a comment."""
+    for value in sorted({v for k, v in env.items() if len(v) >= 8 and _SECRET_NAME.search(k)}, key=len, reverse=True):
+        text = text.replace(value, "***")
+    return text
+
+
+def run_error(settings: ActionSettings, env: Mapping[str, str]) -> str:
+    """Why the Run step stopped, as it said it: the input or base-branch error it wrote, else pytest's
+    usage error lines ("ERROR: ...") from its stderr; "" when there is none (a crash: see the log)."""
+    work = settings.results_path.parent
+    try:
+        if (work / RUN_ERROR).is_file():
+            return _scrub((work / RUN_ERROR).read_text(encoding="utf-8").strip(), env)
+        if (work / RUN_STDERR).is_file():
+            lines = (work / RUN_STDERR).read_text(encoding="utf-8", errors="replace").splitlines()
+            errors = [line.removeprefix("ERROR: ").strip() for line in lines if line.startswith("ERROR: ")]
+            return _scrub(" ".join(errors[-3:])[:1000], env)
+    except OSError:
+        pass
+    return ""
+
+
+def _no_results(settings: ActionSettings, github_factory: Callable[[ActionSettings], GitHub] | None,
+                env: Mapping[str, str]) -> int:
+    detail = run_error(settings, env)
     if settings.run_failure:
-        message = f"{settings.run_failure}, so nothing was run or compared; see the Run step's error above"
+        message = f"{settings.run_failure}, so nothing was run or compared"
+        detail = detail or "see the Run step's error above"
+    elif detail:
+        message = "pytest --orbench stopped with a usage error before any result, so nothing was compared"
     else:
         message = (f"pytest --orbench wrote no results (exit code {settings.pytest_exit_code}), so nothing was "
                    "compared; see the Run step's log for the usage error or crash")
-    gha.error(message, title="pytest-orbench")
+    gha.error(f"{message}: {detail}" if detail else message, title="pytest-orbench")
+    # The detail quotes the pull request's inputs and files (a dataset name, a path): a code span in Markdown.
+    shown = md_text(message) + (f": {md_code(detail)}" if detail else "")
     if os.environ.get("GITHUB_STEP_SUMMARY"):
-        gha.append_job_summary(f"### OR-Bench over-refusal check: ⚠️ **inconclusive**\n\n{message}\n")
+        gha.append_job_summary(f"### OR-Bench over-refusal check: ⚠️ **inconclusive**\n\n{shown}\n")
     # An earlier verdict on the pull request (perhaps a pass) must not stand for this run.
-    url = _comment(settings, github_factory, None, message) or ""
+    url = _comment(settings, github_factory, None, shown) or ""
     _set_outputs({"verdict": "inconclusive", "results-path": "", "comment-url": url})
     return 1 if settings.fail_on_regression else 0
 
@@ -134,7 +168,7 @@ def main(env: Mapping[str, str] | None = None, github_factory: Callable[[ActionS
         _set_outputs({"verdict": "inconclusive"})
         return 1
     if not settings.results_path.is_file():
-        return _no_results(settings, github_factory)
+        return _no_results(settings, github_factory, env)
     try:
         results = load_results(settings.results_path)
     except ResultsError as exc:

@@ -88,6 +88,17 @@ def check_inputs(env: Mapping[str, str]) -> bool:
     return _bool("use-conftest", env.get("ORBENCH_USE_CONFTEST", "false"))
 
 
+def _fails(env: Mapping[str, str]) -> bool:
+    """fail-on-regression; a value that is neither (the Run step already stopped on it) fails the job, so
+    the comment can still be marked inconclusive instead of keeping an earlier verdict."""
+    try:
+        return _bool("fail-on-regression", env.get("ORBENCH_FAIL_ON_REGRESSION", "true"))
+    except ActionSettingsError:
+        if env.get("ORBENCH_PYTEST_EXIT_CODE", "").strip() != "input":
+            raise
+        return True
+
+
 def from_env(env: Mapping[str, str] = os.environ) -> ActionSettings:
     comment = _comment_mode(env)
     results = env.get("ORBENCH_RESULTS_PATH", "")
@@ -105,7 +116,7 @@ def from_env(env: Mapping[str, str] = os.environ) -> ActionSettings:
         repository=env.get("GITHUB_REPOSITORY", ""),
         pr_number=pull_request_number(event),
         comment=comment,
-        fail_on_regression=_bool("fail-on-regression", env.get("ORBENCH_FAIL_ON_REGRESSION", "true")),
+        fail_on_regression=_fails(env),
         config_id=hashlib.sha256(identity.encode()).hexdigest()[:12],
         system_prompt_file=env.get("ORBENCH_SYSTEM_PROMPT_FILE") or None,
         pytest_exit_code=int(exit_code) if exit_code.lstrip("-").isdigit() else None,
@@ -115,9 +126,21 @@ def from_env(env: Mapping[str, str] = os.environ) -> ActionSettings:
     )
 
 
+RUN_ERROR = "orbench-run-error"  # in the work dir: why the Run step stopped, for the Report step's comment
+RUN_STDERR = "orbench-stderr"  # in the work dir: pytest's stderr (its usage error), copied by the Run step
+
+
+def report_run_error(message: str) -> None:
+    """The Run step stops: an error annotation now, and the message kept for the Report step's comment."""
+    text = " ".join(message.split())
+    print(f"::error title=pytest-orbench::{text}", file=sys.stderr)
+    if os.environ.get("ORBENCH_TEMP"):
+        (Path(os.environ["ORBENCH_TEMP"]) / RUN_ERROR).write_text(text, encoding="utf-8")
+
+
 if __name__ == "__main__":  # action.yml's Run step: python -P action/settings.py prints use-conftest
     try:
         print("true" if check_inputs(os.environ) else "false")
     except ActionSettingsError as exc:
-        print(f"::error title=pytest-orbench::{' '.join(str(exc).split())}", file=sys.stderr)
+        report_run_error(str(exc))
         sys.exit(1)

@@ -151,6 +151,36 @@ def test_missing_results_is_inconclusive(env: dict[str, str], capsys: pytest.Cap
     assert outputs(env)["verdict"] == "inconclusive"
 
 
+def test_the_run_steps_usage_error_is_named_in_the_comment(env: dict[str, str], github: FakeGitHub,
+                                                           capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # What action.yml's Run step leaves in the work dir when pytest stops with a usage error; the dataset
+    # name comes from the pull request's orbench.yaml, and a gateway key may be quoted.
+    monkeypatch.setenv("ORBENCH_PYTEST_EXIT_CODE", "4")
+    monkeypatch.setenv("GATEWAY_API_KEY", "gw-secret-value-123")
+    Path(env["ORBENCH_RESULTS_PATH"]).with_name("orbench-stderr").write_text(
+        "some warning\nERROR: pytest-orbench: --orbench-datasets: unknown dataset '[x](http://e.example) @admin "
+        "<img src=x> gw-secret-value-123': use one of hard-1k, toxic\n", encoding="utf-8")
+    assert main() == 1
+    (comment,) = github.comments.values()
+    body = comment["body"]
+    assert ("**inconclusive**: pytest --orbench stopped with a usage error before any result, so nothing was "
+            "compared: `pytest-orbench: --orbench-datasets: unknown dataset '[x](http://e.example) @admin <img src=x> "
+            "***': use one of hard-1k, toxic`") in body  # a code span: no link, mention or HTML
+    stdout = capsys.readouterr().out
+    assert "::error title=pytest-orbench::pytest --orbench stopped with a usage error" in stdout
+    assert "gw-secret-value-123" not in body + stdout + Path(env["GITHUB_STEP_SUMMARY"]).read_text(encoding="utf-8")
+    # An input the Run step refused (here fail-on-regression) still replaces the comment's earlier verdict.
+    monkeypatch.setenv("ORBENCH_PYTEST_EXIT_CODE", "input")
+    monkeypatch.setenv("ORBENCH_FAIL_ON_REGRESSION", "maybe")
+    Path(env["ORBENCH_RESULTS_PATH"]).with_name("orbench-run-error").write_text(
+        "input fail-on-regression must be true or false, got 'maybe'", encoding="utf-8")
+    assert main() == 1 and len(github.comments) == 1
+    assert ("**inconclusive**: an input is invalid, so nothing was run or compared: `input fail-on-regression must "
+            "be true or false, got 'maybe'`") in github.comments[comment["id"]]["body"]
+    assert outputs(env)["verdict"] == "inconclusive"
+
+
 def test_untrusted_text_cannot_break_the_comment(env: dict[str, str], github: FakeGitHub) -> None:
     results = regressed()
     for p in results["prompts"]:

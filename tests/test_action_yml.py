@@ -304,7 +304,9 @@ def test_action_compares_with_the_base_branch_live(tmp_path: Path, venv: Path, g
     code, outputs, log = runner.run(inputs, github.token)
     assert code == 1 and outputs["verdict"] == "inconclusive", log
     body = github.comments[comment["id"]]["body"]
-    assert len(github.comments) == 1 and "⚠️ **inconclusive**: pytest --orbench wrote no results (exit code 4)" in body
+    assert len(github.comments) == 1 and ("⚠️ **inconclusive**: pytest --orbench stopped with a usage error before any "
+                                          "result, so nothing was compared: `pytest-orbench: ") in body
+    assert "temperature" in body.split("`")[1]  # the usage error itself, from the Run step's stderr
 
 
 def test_base_branch_without_the_prompt_file_means_no_system_prompt(tmp_path: Path) -> None:
