@@ -45,23 +45,43 @@ def find(comments: list[dict[str, Any]], config_id: str, login: str) -> dict[str
     return None
 
 
+def use_marker(run: str, use: str) -> str:
+    return f"<!-- pytest-orbench use: {run} {use} -->"
+
+
+SHARED = ("> ⚠️ Another job or step of this workflow run wrote this comment too (a matrix entry, or a second use "
+          "of the action in one job), so it shows whichever finished last. Give each its own comment with the "
+          "`comment-key` input, e.g. `comment-key: ${{ matrix.model }}`.")
+
+
+def shared_with_sibling(existing: dict[str, Any] | None, run: str, use: str) -> bool:
+    """The comment was last written in this same workflow run attempt by another use of the action."""
+    body = (existing or {}).get("body") or ""
+    return bool(run) and f"<!-- pytest-orbench use: {run} " in body and use_marker(run, use) not in body
+
+
 def upsert(github: GitHub, number: int, results: ResultsDocument | None, config_id: str, mode: str,
-           notice: str = "no results") -> tuple[str, str | None]:
-    """('created' | 'updated' | 'skipped', comment URL). Raises GitHubError when GitHub refuses.
-    Without results, the comment says `notice` (and replaces whatever verdict it showed before)."""
+           notice: str = "no results", run: str = "", use: str = "") -> tuple[str, str | None]:
+    """('created' | 'updated' | 'shared' | 'skipped', comment URL). Raises GitHubError when GitHub refuses.
+    Without results, the comment says `notice` (and replaces whatever verdict it showed before).
+    `run` (run id and attempt) and `use` (this use of the action) tell a sibling job's comment from an
+    earlier push's: 'shared' is an update of a comment another job of this run had written."""
     if mode == "never":
         return "skipped", None
     login = github.viewer_login()
     existing = find(github.comments(number), config_id, login)
     if existing is None and mode == "on-change" and results is not None and not changed(results):
         return "skipped", None
+    shared = shared_with_sibling(existing, run, use)
+    tail = (f"\n{SHARED}\n" if shared else "") + (f"\n{use_marker(run, use)}\n" if run else "")
     limit = GITHUB_LIMIT
     while True:
-        body = build_body(results, config_id, limit) if results is not None else notice_body(config_id, notice)
+        body = (build_body(results, config_id, limit - len(tail)) if results is not None
+                else notice_body(config_id, notice)) + tail
         try:
             if existing is not None:
                 comment = github.update_comment(int(existing["id"]), body)
-                return "updated", comment.get("html_url")
+                return "shared" if shared else "updated", comment.get("html_url")
             comment = github.create_comment(number, body, lambda comments: find(comments, config_id, login))
             return "created", comment.get("html_url")
         except GitHubError as exc:

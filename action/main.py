@@ -146,7 +146,8 @@ def _comment(settings: ActionSettings, github_factory: Callable[[ActionSettings]
         return None
     github = (github_factory or (lambda s: GitHub(s.api_url, s.token, s.repository)))(settings)
     try:
-        action, url = upsert(github, settings.pr_number, results, settings.config_id, settings.comment, notice)
+        action, url = upsert(github, settings.pr_number, results, settings.config_id, settings.comment, notice,
+                             run=settings.run, use=settings.results_path.parent.name)
     except GitHubError as exc:
         # No failure to comment turns a passing check red: the gate decides. The fork hint only where
         # a fork's read-only token is the cause, not for an outage or a rate limit.
@@ -155,6 +156,12 @@ def _comment(settings: ActionSettings, github_factory: Callable[[ActionSettings]
                     + (" For fork PRs, see docs/action.md (workflow_run pattern)." if fork else ""),
                     title="pytest-orbench")
         return None
+    if action == "shared":
+        # Matrix entries share the workflow and job name: without comment-key they overwrite one comment.
+        gha.warning("another job or step of this workflow run had written this PR comment, and this one replaced "
+                    "its results; set the comment-key input (e.g. the matrix value) so each keeps its own comment",
+                    title="pytest-orbench")
+        action = "updated"
     print(f"pytest-orbench: PR comment {action}{': ' + url if url else ''}")
     return url
 

@@ -35,6 +35,7 @@ class ActionSettings:
     from_fork: bool = False
     token: str | None = field(default=None, repr=False)
     run_failure: str | None = None  # why the Run step stopped before pytest (RUN_FAILURES), if it did
+    run: str = ""  # the workflow run id and attempt: tells a sibling matrix job's comment from an earlier push's
 
 
 def _bool(name: str, value: str) -> bool:
@@ -123,6 +124,7 @@ def from_env(env: Mapping[str, str] = os.environ) -> ActionSettings:
         from_fork=from_fork(event),
         token=env.get("GITHUB_TOKEN") or None,
         run_failure=RUN_FAILURES.get(exit_code),
+        run=f"{env['GITHUB_RUN_ID']}.{env.get('GITHUB_RUN_ATTEMPT', '1')}" if env.get("GITHUB_RUN_ID") else "",
     )
 
 

@@ -386,3 +386,27 @@ def test_an_endpoint_that_answers_nothing_is_named_not_compared_as_zero(
     stdout = capsys.readouterr().out
     assert "::warning title=pytest-orbench::10 of 10 prompts got no reply after the retries; most often: " in stdout
     assert "sk-test-not-a-real-key" not in body + stdout + Path(env["GITHUB_STEP_SUMMARY"]).read_text(encoding="utf-8")
+
+
+def test_matrix_jobs_without_comment_key_are_told_they_share_one_comment(
+        env: dict[str, str], github: FakeGitHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # Two matrix entries (same workflow and job name, no comment-key) in one workflow run, each with its
+    # own work dir as action.yml makes one per use: the second would silently replace the first's verdict.
+    monkeypatch.setenv("GITHUB_RUN_ID", "9001")
+    monkeypatch.setenv("GITHUB_RUN_ATTEMPT", "1")
+    for entry, results in (("model-a", regressed()), ("model-b", unchanged())):
+        work = tmp_path / f"orbench-{entry}"
+        work.mkdir()
+        monkeypatch.setenv("ORBENCH_RESULTS_PATH", str(work / "orbench-results.json"))
+        (work / "orbench-results.json").write_text(json.dumps(results), encoding="utf-8")
+        main()
+    (comment,) = github.comments.values()
+    assert "✅ **pass**" in comment["body"] and "Give each its own comment with the `comment-key` input" in comment["body"]
+    assert ("::warning title=pytest-orbench::another job or step of this workflow run had written this PR comment"
+            in capsys.readouterr().out)
+    # The next push (another run) edits the comment as usual, without the note.
+    monkeypatch.setenv("GITHUB_RUN_ID", "9002")
+    main()
+    assert "comment-key" not in github.comments[comment["id"]]["body"]
+    assert "::warning" not in capsys.readouterr().out
