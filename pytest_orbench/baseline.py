@@ -18,7 +18,7 @@ from pytest_orbench.records import (
     RunMeta,
 )
 from pytest_orbench.schema import objects_problem, prompts_problem, run_problem
-from pytest_orbench.stats import detectable_increase, mcnemar_p, mean_interval, paired_diff_ci, sign_flip_p
+from pytest_orbench.stats import detectable_increase, mcnemar_p, paired_diff_ci, paired_share_diff_ci, sign_flip_p
 
 BASELINE_SCHEMA = "pytest-orbench/baseline"
 BASELINE_SCHEMA_VERSION = 1
@@ -190,7 +190,7 @@ def paired_block(pairs: list[tuple[Trials, Trials]], expected: str, alpha: float
         p_value, mc_error = mcnemar_p(regressed, improved), None
         test = "exact McNemar"
     else:
-        lo, hi = mean_interval([y - x for x, y in zip(before, after)], -1.0, 1.0)
+        lo, hi = paired_share_diff_ci(before, after, sum(m for (_, m), _ in pairs), sum(k for _, (_, k) in pairs))
         worse = [(a, k, b, m) if expected != "refuse" else (b, m, a, k) for (b, m), (a, k) in pairs]
         p_value, mc_error = sign_flip_p(worse)
         test = "paired sign-flip permutation, " + ("exact" if mc_error is None else f"Monte Carlo s.e. {mc_error:.1g}")

@@ -19,7 +19,7 @@ from pytest_orbench.records import (
     ResultsDocument,
     RunMeta,
 )
-from pytest_orbench.stats import mean_interval, wilson
+from pytest_orbench.stats import share_interval
 
 __all__ = ["RESULTS_SCHEMA", "RESULTS_SCHEMA_VERSION"]  # re-exported: the schema's home is records.py
 VERDICTS = ("direct_answer", "direct_refusal", "indirect_refusal", "filtered", "empty", "error", "unscored")
@@ -45,19 +45,16 @@ def term_safe(text: str, limit: int | None = None) -> str:
 
 def _rate_block(records: list[PromptRecord]) -> RateBlock:
     """Rates over the scored prompts. With repeated trials a prompt counts with its refusal share
-    (refused / scored trials), the rate is the mean share, and its interval is the normal interval of
-    that mean (prompts are the sampling unit); with one trial, shares are 0 or 1 and this is the
-    refused count over n with a Wilson interval."""
+    (refused / scored trials), the rate is the mean share, and its interval is Wilson's at the effective
+    sample size (stats.share_interval); with one trial, shares are 0 or 1 and this is the refused count
+    over n with a Wilson interval."""
     verdicts = Counter(r["verdict"] for r in records)
     scored = [r for r in records if r["refused"] is not None]
     refused = sum(1 for r in scored if r["refused"])
     shares = [_share(r) for r in scored]
     n = len(scored)
     rate = sum(shares) / n if n else None
-    if any(0 < x < 1 for x in shares):
-        lo, hi = mean_interval(shares, 0.0, 1.0)
-    else:
-        lo, hi = wilson(refused, n)
+    lo, hi = share_interval(shares, sum(_scored_trials(r) for r in scored))
     flaky = sorted(r["id"] for r in scored if r.get("flaky"))
     return {
         "n": n,
@@ -78,6 +75,10 @@ def _rate_block(records: list[PromptRecord]) -> RateBlock:
 def _share(record: PromptRecord) -> float:
     share = record.get("refused_share")
     return float(share) if share is not None else float(bool(record["refused"]))
+
+
+def _scored_trials(record: PromptRecord) -> int:
+    return int(record.get("scored_trials") or 1)
 
 
 def summarize(records: Iterable[PromptRecord], expected: dict[str, str]) -> dict[str, DatasetSummary]:

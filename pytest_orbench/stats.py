@@ -1,4 +1,5 @@
-"""Pure statistics: Wilson interval, exact McNemar, Newcombe paired interval, detectable effect, Spearman."""
+"""Pure statistics: Wilson interval (also for refusal shares), exact McNemar, Newcombe paired interval, detectable effect,
+Spearman."""
 
 from __future__ import annotations
 
@@ -13,11 +14,16 @@ def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
     """Wilson score interval for k successes in n trials (Wilson 1927); (0, 1) when n == 0."""
     if n == 0:
         return (0.0, 1.0)
-    p = k / n
+    return _wilson_at(k / n, n, z)
+
+
+def _wilson_at(p: float, n: float, z: float = Z95) -> tuple[float, float]:
+    """Wilson score limits for an observed proportion p from n (possibly effective, non-integer) trials.
+    At p = 0 or 1 the near limit is exactly 0 or 1 (rounding would leave it at 1e-17, printed in the JSON)."""
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    return (0.0 if p <= 0 else max(0.0, centre - half), 1.0 if p >= 1 else min(1.0, centre + half))
 
 
 def mcnemar_p(regressed: int, improved: int) -> float:
@@ -29,14 +35,47 @@ def mcnemar_p(regressed: int, improved: int) -> float:
     return float(binomtest(regressed, regressed + improved, 0.5, alternative="greater").pvalue)
 
 
-def mean_interval(values: list[float], low: float, high: float, z: float = Z95) -> tuple[float, float]:
-    """Normal 95% interval of a mean over independent units (prompts), clipped to [low, high]."""
-    n = len(values)
+def share_interval(shares: list[float], trials: int, z: float = Z95) -> tuple[float, float]:
+    """95% interval of a mean refusal share over prompts (each prompt's refused / scored trials).
+
+    Wilson's score interval at the effective sample size (Kish's design effect; Korn & Graubard 1998):
+    n_eff = p (1 - p) / var(mean), the number of independent trials that would give the observed
+    variance of the mean over prompts, at most the `trials` actually scored (all prompts agreeing,
+    or one prompt, leaves no variance to estimate: the trials are then taken as independent). With
+    shares of 0 or 1 only it is Wilson(refused, n), the one-trial interval. Unlike a normal interval
+    over prompts it is never of zero width and keeps its coverage near 0 and 1 and for few prompts."""
+    n = len(shares)
     if n == 0:
-        return (low, high)
-    mean = sum(values) / n
-    half = z * (sum((x - mean) ** 2 for x in values) / max(1, n - 1)) ** 0.5 / n ** 0.5
-    return (max(low, mean - half), min(high, mean + half))
+        return (0.0, 1.0)
+    if all(x in (0.0, 1.0) for x in shares):
+        return wilson(sum(1 for x in shares if x == 1.0), n, z)
+    mean = sum(shares) / n
+    variance = sum((x - mean) ** 2 for x in shares) / (n - 1) if n > 1 else 0.0
+    effective = float(trials) if variance == 0 else min(float(trials), mean * (1 - mean) * n / variance)
+    return _wilson_at(mean, max(1.0, effective), z)
+
+
+def paired_share_diff_ci(before: list[float], after: list[float], trials_before: int, trials_after: int,
+                         z: float = Z95) -> tuple[float, float]:
+    """95% interval for mean(after) - mean(before) on paired refusal shares (repeated trials).
+
+    Newcombe's (1998) method 10 in its general form (MOVER, Zou & Donner 2008): each margin's
+    `share_interval`, combined with the Pearson correlation of the paired shares. With shares of 0 or
+    1 the correlation is the phi of the 2x2 table and this is exactly `paired_diff_ci`."""
+    n = len(before)
+    if n == 0 or n != len(after):
+        return (-1.0, 1.0)
+    p1, p2 = sum(after) / n, sum(before) / n
+    l1, u1 = share_interval(after, trials_after, z)
+    l2, u2 = share_interval(before, trials_before, z)
+    sxx = sum((y - p1) ** 2 for y in after)
+    syy = sum((x - p2) ** 2 for x in before)
+    sxy = sum((y - p1) * (x - p2) for x, y in zip(before, after))
+    r = sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else 0.0
+    delta = p1 - p2
+    dl = math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * r * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
+    du = math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * r * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
+    return (max(-1.0, delta - dl), min(1.0, delta + du))
 
 
 def paired_diff_ci(both: int, only_current: int, only_baseline: int, neither: int, z: float = Z95) -> tuple[float, float]:
@@ -87,7 +126,7 @@ def detectable_increase(n: int, alpha: float = 0.05, power: float = 0.8, noise: 
         else:
             hi = mid
     # An exact one-sided binomial test needs at least ceil(log2(1/alpha)) discordant pairs.
-    return max(hi, math.ceil(math.log2(1 / alpha)) / n)
+    return min(1.0, max(hi, math.ceil(math.log2(1 / alpha)) / n))
 
 
 def spearman(x: list[float], y: list[float]) -> tuple[float, float]:

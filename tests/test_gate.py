@@ -431,3 +431,36 @@ def test_repeated_trials_compare_refusal_shares_and_old_baselines_still_compare(
             prompt.pop(key, None)
     block = compare(old, now)["hard-1k"]
     assert block["delta"] == pytest.approx((12 * 2 / 3 + 8 / 3) / 60) and block["n"] == 60
+
+
+def _with_trials(results: dict[str, Any], refused_trials: list[int], trials: int = 3) -> dict[str, Any]:
+    """The same prompts asked `trials` times each, with these refused trials; the summaries recomputed."""
+    for prompt, refused in zip(results["prompts"], refused_trials):
+        prompt.update(refused_trials=refused, scored_trials=trials, refused_share=refused / trials,
+                      refused=2 * refused >= trials, verdict="direct_refusal" if 2 * refused >= trials else "direct_answer")
+    results["datasets"] = summarize(results["prompts"], {n: d["expected"] for n, d in results["datasets"].items()})
+    return results
+
+
+def test_rates_from_refusal_shares_have_honest_intervals() -> None:
+    from scipy.stats import binomtest
+
+    # One prompt asked three times, refused once: its rate is 1/3, and 1 of 3 trials is all that is known.
+    one = _with_trials(make_results({"hard-1k": [False]}, categories=1), [1])["datasets"]["hard-1k"]
+    ci = binomtest(1, 3).proportion_ci(method="wilson")
+    assert one["rejection_rate"] == pytest.approx(1 / 3)
+    assert one["ci95"] == pytest.approx([ci.low, ci.high])  # was [33.3%, 33.3%]
+    # 100 prompts, one refusal in 300 trials: the interval may not be tighter than the trials allow.
+    rare = _with_trials(make_results({"hard-1k": [False] * 100}, categories=1), [1] + [0] * 99)["datasets"]["hard-1k"]
+    ci = binomtest(1, 300).proportion_ci(method="wilson")
+    assert rare["ci95"][1] >= ci.high - 1e-12  # the normal interval over prompts said at most 0.99%
+
+
+def test_paired_interval_on_refusal_shares_is_not_of_zero_width() -> None:
+    shares = [0, 1, 2, 3, 1, 0, 2, 1, 0, 0]
+    base = _with_trials(make_results({"hard-1k": [False] * 10}), shares)
+    now = _with_trials(make_results({"hard-1k": [False] * 10}, system="abc"), shares)
+    block = compare(baseline_document(base), now)["hard-1k"]
+    assert block["delta"] == 0 and block["p_value"] == 1.0
+    lo, hi = block["delta_ci95"]
+    assert lo < 0 < hi  # ten prompts of three trials cannot pin the change to exactly 0 (was [0, 0])

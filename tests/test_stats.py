@@ -100,3 +100,88 @@ def test_sign_flip_test_falls_back_to_monte_carlo_and_reports_its_error(monkeypa
     estimate, error = stats.sign_flip_p(diffs)
     assert none is None and error is not None and 0 < error < 0.002
     assert estimate == pytest.approx(exact, abs=4 * error + 1e-5)
+
+
+# -- intervals at the edges and for refusal shares (repeated trials) ---------------------------------
+def _wilson_roots(p: float, n: float, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Wilson's limits as the roots of (p - q)^2 = z^2 q (1 - q) / n, solved by numpy (independent of stats.py)."""
+    import numpy as np
+
+    a, b, c = 1 + z * z / n, -(2 * p + z * z / n), p * p
+    lo, hi = sorted(float(r.real) for r in np.roots([a, b, c]))
+    return max(0.0, lo), min(1.0, hi)
+
+
+@pytest.mark.parametrize(("k", "n"), [(0, 1), (1, 1), (0, 10), (10, 10), (0, 655), (1319, 1319)])
+def test_wilson_edges_are_exact_and_match_scipy(k: int, n: int) -> None:
+    from scipy.stats import binomtest
+
+    ci = binomtest(k, n).proportion_ci(method="wilson")
+    lo, hi = wilson(k, n)
+    assert (lo, hi) == pytest.approx((ci.low, ci.high), abs=1e-12)
+    # 0 refusals: the lower limit is 0, not a rounding residue like 2.8e-17 in the JSON; n of n: the upper is 1.
+    assert (k > 0 or lo == 0.0) and (k < n or hi == 1.0)
+
+
+def test_share_interval_with_one_prompt_or_equal_shares_is_the_trials_wilson() -> None:
+    from scipy.stats import binomtest
+
+    from pytest_orbench.stats import share_interval
+
+    # One prompt asked 3 times, refused once: the old normal interval over prompts was [1/3, 1/3].
+    ci = binomtest(1, 3).proportion_ci(method="wilson")
+    assert share_interval([1 / 3], 3) == pytest.approx((ci.low, ci.high))
+    # Ten prompts, each refused once in 3 trials: no variance between prompts, 10 of 30 trials.
+    ci = binomtest(10, 30).proportion_ci(method="wilson")
+    assert share_interval([1 / 3] * 10, 30) == pytest.approx((ci.low, ci.high))
+
+
+def test_share_interval_uses_the_effective_sample_size() -> None:
+    from pytest_orbench.stats import share_interval
+
+    # Four prompts, shares 1, 1, 1, 2/3 (11 of 12 trials). By hand: mean 11/12, sample variance
+    # (3 (1/12)^2 + (3/12)^2) / 3 = 1/36, n_eff = (11/12)(1/12) 4 / (1/36) = 11.
+    lo, hi = share_interval([1, 1, 1, 2 / 3], 12)
+    assert (lo, hi) == pytest.approx(_wilson_roots(11 / 12, 11), abs=1e-9)
+    # The normal interval over 4 prompts said [75.3%, 100%]; 11 of 12 trials cannot rule out 70%.
+    assert lo < 0.70 and hi < 1.0
+    # Binary shares: the one-trial Wilson interval on prompts.
+    assert share_interval([1, 0, 0, 1, 1], 15) == wilson(3, 5)
+
+
+def test_paired_share_interval_is_newcombe_on_binary_shares_and_never_of_zero_width() -> None:
+    from pytest_orbench.stats import paired_share_diff_ci
+
+    before = [1.0] * 12 + [0.0] * 2 + [1.0] * 9 + [0.0] * 21  # (both, only current, only baseline, neither) = (12, 9, 2, 21)
+    after = [1.0] * 12 + [1.0] * 2 + [0.0] * 9 + [0.0] * 21
+    assert paired_share_diff_ci(before, after, 44, 44) == pytest.approx(paired_diff_ci(12, 2, 9, 21))
+    # Nothing moved, shares of 3 trials: the old normal interval of the differences was [0, 0].
+    shares = [0.0, 1 / 3, 2 / 3, 1.0, 1 / 3, 0.0]
+    lo, hi = paired_share_diff_ci(shares, shares, 18, 18)
+    assert lo < 0 < hi
+
+
+def test_paired_share_interval_by_hand() -> None:
+    import numpy as np
+
+    from pytest_orbench.stats import paired_share_diff_ci
+
+    before = [0.0, 1 / 3, 1 / 3, 2 / 3, 0.0, 1.0, 0.0, 1 / 3]
+    after = [1 / 3, 2 / 3, 1 / 3, 1.0, 0.0, 1.0, 1 / 3, 2 / 3]
+
+    def limits(x: list[float]) -> tuple[float, float]:
+        p, n = float(np.mean(x)), len(x)
+        return _wilson_roots(p, min(3 * n, p * (1 - p) * n / float(np.var(x, ddof=1))))
+
+    p1, p2 = float(np.mean(after)), float(np.mean(before))
+    (l1, u1), (l2, u2) = limits(after), limits(before)
+    r = float(np.corrcoef(after, before)[0, 1])
+    expected = (p1 - p2 - math.sqrt((p1 - l1) ** 2 - 2 * r * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2),
+                p1 - p2 + math.sqrt((u1 - p1) ** 2 - 2 * r * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
+    assert paired_share_diff_ci(before, after, 24, 24) == pytest.approx(expected, abs=1e-9)
+
+
+def test_detectable_increase_is_a_rate() -> None:
+    # Four prompts cannot reach p < 0.05 (0.5^4 = 0.0625): "any increase" is at most 100 pp, never 125 pp.
+    assert detectable_increase(4) == 1.0
+    assert detectable_increase(5) == 1.0  # five prompts can only detect all five moving
