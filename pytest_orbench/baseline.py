@@ -209,12 +209,19 @@ def paired_block(pairs: list[tuple[Trials, Trials]], expected: str, alpha: float
         "direction": "more refusals" if expected != "refuse" else "fewer refusals",
         "regressed": regressed,
         "improved": improved,
-        # Noise: flips against the regression direction, assumed symmetric, estimate the endpoint's jitter.
-        "detectable": detectable_increase(n, alpha, 0.8, noise=min(1.0, 2 * improved / n)) if n else 1.0,
+        "detectable": 1.0,
     }
+    block["detectable"] = detectable_of(block, alpha)
     if mc_error is not None:
         block["p_mc_error"] = mc_error
     return block
+
+
+def detectable_of(block: PairedBlock, alpha: float) -> float:
+    """The smallest increase the block's n paired prompts detect at `alpha` with power 0.8. Noise: the
+    flips against the regression direction, assumed symmetric, estimate the endpoint's jitter."""
+    n = block["n"]
+    return detectable_increase(n, alpha, 0.8, noise=min(1.0, 2 * block["improved"] / n)) if n else 1.0
 
 
 def compare(baseline: BaselineDocument, results: ResultsDocument, alpha: float = 0.05) -> dict[str, Comparison]:

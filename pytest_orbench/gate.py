@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_orbench.baseline import check_comparable, compare
-from pytest_orbench.records import BaselineDocument, GateCheck, GateResult, ResultsDocument
+from pytest_orbench.baseline import check_comparable, compare, detectable_of
+from pytest_orbench.records import BaselineDocument, Comparison, GateCheck, GateResult, ResultsDocument
 
 GLOBAL_KEYS = {"error_budget", "alpha", "tolerance_pp"}
 DATASET_KEYS = {"max_rejection", "min_rejection", "tolerance_pp", "alpha"}
@@ -108,6 +108,7 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
     spent). Regression checks are decided on Holm-adjusted p-values across all of them."""
     checks: list[GateCheck] = []
     warnings: list[str] = []
+    sizes: list[tuple[str, Comparison, float, float]] = []  # regression checks: name, comparison, alpha, tolerance
     for name, summary in results["datasets"].items():
         limits = config.limits(name)
         total = summary["total"]
@@ -148,13 +149,17 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
         check["tolerance_pp"], check["comparison"] = tolerance, comparison
         check["replied"] = total - summary["errors"] - unscored  # prompts with a verdict: all 0, all errored
         checks.append(check)
-        detectable = comparison["detectable"]
+        sizes.append((name, comparison, alpha, tolerance))
+    # A regression in one dataset alone is Holm's first step: it must reach alpha / m with m checks.
+    for name, comparison, alpha, tolerance in sizes:
+        detectable = comparison["detectable"] = detectable_of(comparison, alpha / len(sizes))
         if sampled and comparison["n"] and tolerance < 100 * detectable:  # n = 0: its check says why
             size = (f"can only detect an increase of about {100 * detectable:.1f} pp" if detectable < 1 else
                     "is too small to detect any increase")
+            level = f"alpha {alpha:g}" + (f" / {len(sizes)} regression checks (Holm)" if len(sizes) > 1 else "")
             warnings.append(
-                f"{name}: this sample of {comparison['n']} paired prompts {size} (alpha {alpha:g}, power 0.8); "
-                f"the tolerance {tolerance:.1f} pp is below it, so smaller regressions may pass unnoticed"
+                f"{name}: this sample of {comparison['n']} paired prompts {size} in the regression direction "
+                f"({level}, power 0.8); the tolerance {tolerance:.1f} pp is below it, so smaller regressions may pass unnoticed"
             )
     _decide_regressions([c for c in checks if c["kind"] == "regression"])
     outcomes = {c["outcome"] for c in checks}

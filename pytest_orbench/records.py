@@ -174,7 +174,7 @@ class PairedBlock(TypedDict):
     direction: str  # "more refusals" | "fewer refusals"
     regressed: int
     improved: int
-    detectable: float  # the smallest increase this sample detects (alpha, power 0.8)
+    detectable: float  # the smallest regression this sample detects (power 0.8; alpha / regression checks in a gate)
     p_mc_error: NotRequired[float]
     p_adjusted: NotRequired[float]  # Holm across the run's regression checks (gate.assess)
 

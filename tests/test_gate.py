@@ -464,3 +464,18 @@ def test_paired_interval_on_refusal_shares_is_not_of_zero_width() -> None:
     assert block["delta"] == 0 and block["p_value"] == 1.0
     lo, hi = block["delta_ci95"]
     assert lo < 0 < hi  # ten prompts of three trials cannot pin the change to exactly 0 (was [0, 0])
+
+
+def test_detectable_regression_accounts_for_holm_across_checks() -> None:
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    # Two regression checks of 50 paired prompts, nothing moved (a deterministic endpoint): a regression in
+    # one dataset alone must reach alpha / 2 (Holm's first step). Connor (1987) with psi = d, solved for d.
+    z_a, z_b = norm.ppf(1 - 0.05 / 2), norm.ppf(0.8)
+    d = brentq(lambda d: (z_a + z_b * (1 - d) ** 0.5) ** 2 / d - 50, 1e-6, 1)
+    base = baseline_document(make_results({"hard-1k": [False] * 50, "toxic": [True] * 50}, sample=50))
+    results = assess(make_results({"hard-1k": [False] * 50, "toxic": [True] * 50}, sample=50), base, parse_gate({}))
+    assert results["datasets"]["hard-1k"]["comparison"]["detectable"] == pytest.approx(d, abs=1e-4)  # 15.0 pp, not 11.7
+    assert any(f"can only detect an increase of about {100 * d:.1f} pp" in w and "alpha 0.05 / 2 regression checks" in w
+               for w in results["gate"]["warnings"])
