@@ -37,6 +37,16 @@ def run_point(label: str, datasets: Mapping[str, Mapping[str, Any]], kind: str, 
     return Point(label, float(hard[rate_key]), float(toxic[rate_key]), kind)
 
 
+def our_points(datasets: Mapping[str, Mapping[str, Any]]) -> list[Point]:
+    """The baseline's and the current run's points. Where both are drawn from the comparison, both are on
+    the prompts the two runs share (the comparison table's baseline and current rates), so the line
+    between them is the change the gate measured; else the current point is the run's own rates."""
+    comparisons = {n: s["comparison"] for n, s in datasets.items() if s.get("comparison")}
+    baseline = run_point("baseline", comparisons, "baseline", "baseline_rate")
+    current = run_point("current", comparisons, "current", "rate") if baseline else run_point("current", datasets, "current")
+    return [p for p in (baseline, current) if p is not None]
+
+
 def _mermaid_label(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9 .+-]", "", text)[:40] or "point"
 

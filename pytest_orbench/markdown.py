@@ -11,7 +11,7 @@ import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
-from pytest_orbench.chart import mermaid, paper_points, run_point
+from pytest_orbench.chart import mermaid, our_points, paper_points
 from pytest_orbench.records import ResultsDocument, RunMeta
 from pytest_orbench.report import P_EXPLAINED, drift_lines, pct, pp
 
@@ -244,10 +244,7 @@ def render_markdown(results: ResultsDocument, list_limit: int | None = None) -> 
             lines += _prompt_list(results, name, summary["flaky_prompts"],
                                   f"flaky prompts (their {run.get('trials')} trials disagree)", list_limit)
     points = paper_points()
-    baseline_point = run_point("baseline", {n: s["comparison"] for n, s in results["datasets"].items()
-                                            if s.get("comparison")}, "baseline", "baseline_rate")
-    current = run_point("current", results["datasets"], "current")
-    ours = [p for p in (baseline_point, current) if p is not None]
+    ours = our_points(results["datasets"])
     if ours:
         lines += ["", "**Trade-off** (grey: the 32 models published in the OR-Bench paper; top left is best)", "",
                   mermaid(points + ours), ""]

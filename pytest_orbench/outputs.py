@@ -25,12 +25,9 @@ def junit_xml(results: ResultsDocument) -> str:
 
 
 def tradeoff_svg(results: ResultsDocument) -> str:
-    from pytest_orbench.chart import paper_points, run_point, svg
+    from pytest_orbench.chart import our_points, paper_points, svg
 
-    comparisons = {n: s["comparison"] for n, s in results["datasets"].items() if s.get("comparison")}
-    ours = [run_point("baseline", comparisons, "baseline", "baseline_rate"),
-            run_point("current", results["datasets"], "current")]
-    return svg(paper_points() + [p for p in ours if p is not None])
+    return svg(paper_points() + our_points(results["datasets"]))
 
 
 def write_outputs(results: ResultsDocument, *, json: Path | None = None, markdown: Path | None = None,

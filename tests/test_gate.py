@@ -479,3 +479,17 @@ def test_detectable_regression_accounts_for_holm_across_checks() -> None:
     assert results["datasets"]["hard-1k"]["comparison"]["detectable"] == pytest.approx(d, abs=1e-4)  # 15.0 pp, not 11.7
     assert any(f"can only detect an increase of about {100 * d:.1f} pp" in w and "alpha 0.05 / 2 regression checks" in w
                for w in results["gate"]["warnings"])
+
+
+def test_trade_off_chart_shows_the_change_the_table_shows() -> None:
+    from pytest_orbench.outputs import tradeoff_svg
+
+    # The baseline errored on 10 safe prompts that this run refuses: on the 90 paired prompts nothing moved
+    # (the table: 0.0% -> 0.0%, +0.0 pp), so the chart may not draw a +10 pp move in over-refusal.
+    base = make_results({"hard-1k": [None] * 10 + [False] * 90, "toxic": [True] * 50})
+    now = make_results({"hard-1k": [True] * 10 + [False] * 90, "toxic": [True] * 50}, system="abc")
+    results = assess(now, baseline_document(base), parse_gate({}))
+    comparison = results["datasets"]["hard-1k"]["comparison"]
+    assert (comparison["n"], comparison["rate"], comparison["delta"]) == (90, 0.0, 0.0)
+    assert "current: 0.0%, 100.0%</title>" in tradeoff_svg(results)
+    assert "current: [0.000, 1.000]" in render_markdown(results)
