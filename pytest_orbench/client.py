@@ -242,14 +242,17 @@ def _retry_after(exc: BaseException) -> float | None:
 _SECRET_NAME = re.compile(r"(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)(?:_|$)", re.IGNORECASE)
 
 
-def scrub(spec: ModelSpec, text: str) -> str:
+def scrub(spec: ModelSpec | None, text: str) -> str:
     """Error text without the endpoint's key, any value read from the environment for its calls (headers)
     or any environment value named like a secret: a gateway that echoes the key it was given must not
-    put it in a report."""
-    key = spec.api_key or (os.environ.get(spec.api_key_env) if spec.api_key_env else None)
-    secrets = [s for s in [key, *(os.environ.get(name) for name in env_refs(spec.call_kwargs))] if s and len(s) >= 4]
+    put it in a report. With no spec (a `target:` function, a custom judge: the user's code, which may
+    put its own credentials in an exception), only the environment values named like secrets."""
+    secrets: list[str | None] = []
+    if spec is not None:
+        key = spec.api_key or (os.environ.get(spec.api_key_env) if spec.api_key_env else None)
+        secrets = [s for s in [key, *(os.environ.get(name) for name in env_refs(spec.call_kwargs))] if s and len(s) >= 4]
     secrets += [v for name, v in os.environ.items() if len(v) >= 8 and _SECRET_NAME.search(name)]
-    for secret in sorted(set(secrets), key=len, reverse=True):
+    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
         text = text.replace(secret, "***")
     return text
 
@@ -350,17 +353,53 @@ class CallableCaller:
 
     async def __call__(self, prompt: str) -> Reply:
         try:
-            if inspect.iscoroutinefunction(self.function):
-                result = await asyncio.wait_for(self.function(prompt, self.system_prompt), self.timeout)
-            else:
-                result = await asyncio.wait_for(asyncio.to_thread(self.function, prompt, self.system_prompt), self.timeout)
+            result = await asyncio.wait_for(self._call(prompt), self.timeout)
         except TimeoutError:
             raise EndpointError(f"target timed out after {self.timeout:g}s", retryable=True) from None
+        except _TargetExit as exc:
+            raise EndpointError(scrub(None, f"target raised {type(exc.raised).__name__}: {exc.raised}"),
+                                retryable=True) from None
         except Exception as exc:
-            raise EndpointError(f"target raised {type(exc).__name__}: {exc}", retryable=True) from None
+            raise EndpointError(scrub(None, f"target raised {type(exc).__name__}: {exc}"), retryable=True) from None
         if result is not None and not isinstance(result, str):
             raise EndpointError(f"target returned {type(result).__name__}, expected str", retryable=False)
         return Reply(result or "", "stop")
+
+
+    async def _call(self, prompt: str) -> Any:
+        # SystemExit and KeyboardInterrupt raised by the user's code (an app that calls sys.exit on an error;
+        # a signal reaches only pytest's main thread) become ordinary errors before they reach a task, which
+        # would re-raise them out of the fetch loop and stop every call with a traceback.
+        try:
+            if _is_async(self.function):
+                return await self.function(prompt, self.system_prompt)
+            result = await asyncio.to_thread(_guarded, self.function, prompt, self.system_prompt)
+            if inspect.isawaitable(result):  # an async function behind a sync-looking wrapper (a decorator)
+                result = await result
+            return result
+        except (SystemExit, KeyboardInterrupt) as exc:
+            raise _TargetExit(exc) from None
+
+
+class _TargetExit(Exception):
+    """A SystemExit or KeyboardInterrupt raised by a `target:` function, carried as an ordinary exception."""
+
+    def __init__(self, raised: BaseException) -> None:
+        super().__init__(str(raised))
+        self.raised = raised
+
+
+def _guarded(function: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return function(*args)
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise _TargetExit(exc) from None
+
+
+def _is_async(function: Any) -> bool:
+    """A coroutine function, or an object whose `__call__` is one (`inspect` sees neither through the other)."""
+    call = None if inspect.isroutine(function) else type(function).__call__
+    return inspect.iscoroutinefunction(function) or (call is not None and inspect.iscoroutinefunction(call))
 
 
 def load_target(spec: str) -> Callable[..., Any]:
