@@ -193,8 +193,10 @@ def judge_examples(judge: Judge, examples: list[Example], make_stage: Callable[[
                 decided = judge.decide(e.prompt, e.response)
                 assert decided is not None
                 results.append(decided)
-            except (TypeError, ValueError) as exc:  # a custom judge's bad return value
-                results.append(f"judge failed: {exc}")
+            except Exception as exc:  # a custom judge that raised, or returned something that is no verdict
+                from pytest_orbench.client import scrub
+
+                results.append(scrub(None, f"judge failed: {type(exc).__name__}: {exc}"))
         return results
     assert make_stage is not None
     return asyncio.run(_judge_all(judge, examples, make_stage, concurrency))

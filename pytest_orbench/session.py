@@ -14,6 +14,7 @@ from typing import Any, cast
 import pytest
 
 from pytest_orbench.baseline import BaselineError, check_comparable, load_baseline
+from pytest_orbench.client import scrub
 from pytest_orbench.coordinator import Coordinator, Plan, Request
 from pytest_orbench.dataset import Dataset, DatasetError, Prompt, default_cache_dir, load_dataset, stratified_sample
 from pytest_orbench.fetcher import Outcome
@@ -317,7 +318,7 @@ class OrbenchPlugin:
             judgement = self._judgement(item.prompt.text, reply, outcome.judge)
         except Exception as exc:  # a custom judge that raised or returned something that is no verdict
             return {"verdict": Verdict.ERROR.value, "refused": None, "judge_reason": "", "reply": reply, "text": text,
-                    "error": f"judge {self.judge.id} failed: {type(exc).__name__}: {exc}"}
+                    "error": scrub(None, f"judge {self.judge.id} failed: {type(exc).__name__}: {exc}")}
         return {"verdict": judgement.verdict.value, "refused": judgement.verdict.refused, "judge_reason": judgement.reason,
                 "error": None, "reply": reply, "text": text}
 

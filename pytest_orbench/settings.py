@@ -232,26 +232,34 @@ def _check_secrets(kwargs: dict[str, Any], where: str, key_setting: str, offline
         raise _fail(problem)
 
 
-def _check_target(target: str, folders: list[Path]) -> None:
-    """Import the target before any call (a usage error if it cannot be), with the rootdir and
-    orbench.yaml's folder importable, as pytest's `pythonpath` ini would make them."""
+def _importable(folders: list[Path]) -> str:
+    """Put the rootdir and orbench.yaml's folder on sys.path, as pytest's `pythonpath` ini would, so that
+    a `target:` or custom judge beside them imports; the hint that says so in an import error."""
     import sys
 
     for folder in reversed(folders):
         if str(folder) not in sys.path:
             sys.path.insert(0, str(folder))
+    where = " and ".join(dict.fromkeys(str(f) for f in folders))
+    return (f"{where} {'is' if len(set(folders)) < 2 else 'are'} on sys.path; for code elsewhere add its folder to "
+            "pytest's `pythonpath` ini option")
+
+
+def _check_target(target: str, folders: list[Path]) -> None:
+    """Import the target before any call (a usage error if it cannot be), with the rootdir and
+    orbench.yaml's folder importable."""
+    hint = _importable(folders)
     from pytest_orbench.client import EndpointError, load_target
 
     try:
         load_target(target)
     except EndpointError as exc:
-        where = " and ".join(dict.fromkeys(str(f) for f in folders))
-        raise _fail(f"{exc}. The target's module must be importable: {where} {'is' if len(folders) < 2 else 'are'} on "
-                    "sys.path; for code elsewhere add its folder to pytest's `pythonpath` ini option") from None
+        raise _fail(f"{exc}. The target's module must be importable: {hint}") from None
 
 
-def _judge(values: dict[str, Any]) -> ModelSpec | None:
-    """Validate the judge before any call: known name or importable function, its model and key."""
+def _judge(values: dict[str, Any], folders: list[Path]) -> ModelSpec | None:
+    """Validate the judge before any call: known name or importable function (a custom judge beside the
+    rootdir or orbench.yaml imports, like a `target:`), its model and key."""
     from pytest_orbench.judge import JudgeError, judge_model_spec, make_judge
 
     name = values["judge"]
@@ -274,10 +282,11 @@ def _judge(values: dict[str, Any]) -> ModelSpec | None:
                                 values["timeout"], key, values["judge_api_key_env"], kwargs)
     elif values["judge_model"] or values["judge_api_base"]:
         raise _fail(f"judge_model / judge_api_base are set but --orbench-judge is {name!r}; use --orbench-judge llm or hybrid")
+    hint = _importable(folders) if ":" in name else None
     try:
         make_judge(name, spec)
     except JudgeError as exc:
-        raise _fail(str(exc)) from None
+        raise _fail(f"{exc}. The judge's module must be importable: {hint}" if hint else str(exc)) from None
     return spec
 
 
@@ -307,8 +316,9 @@ def build_settings(config: pytest.Config) -> Settings:
         )
     if values["target"] and ":" not in values["target"]:
         raise _fail(f"target {values['target']!r} must look like 'package.module:function'")
+    folders = [config.rootpath, *([config_file.parent] if config_file else [])]
     if values["target"]:
-        _check_target(values["target"], [config.rootpath, *([config_file.parent] if config_file else [])])
+        _check_target(values["target"], folders)
     for key, low in (("concurrency", 1), ("max_tokens", 1), ("retries", 0), ("sample", 1), ("markdown_max_chars", 2000),
                      ("trials", 1)):
         if values[key] is not None and values[key] < low:
@@ -366,7 +376,7 @@ def build_settings(config: pytest.Config) -> Settings:
         raise _fail("--orbench-revision is empty: give a version of your application (e.g. a git SHA) or leave it out")
 
     api_key = _api_key(values)
-    judge_spec = _judge(values)
+    judge_spec = _judge(values, folders)
     store = path("store")
     assert store is not None
     settings = Settings(

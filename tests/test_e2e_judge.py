@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +148,48 @@ def test_custom_judge_function(pytester: pytest.Pytester, mock: Any) -> None:
                                            "--orbench-judge", "team_judge:broken"))
     assert broken.parseoutcomes()["failed"] == 10
     broken.stdout.fnmatch_lines(["*judge failed on toxic-*returned 42*"])
+
+
+def test_custom_judge_beside_orbench_yaml_imports_is_checked_and_never_leaks(
+        pytester: pytest.Pytester, mock: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No syspathinsert, no pythonpath ini: a judge beside orbench.yaml imports as a target does.
+    pytester.makepyfile(yaml_side_judge=(
+        "import os\n"
+        "def judge(prompt, reply):\n"
+        "    return reply.startswith(\"I'm sorry\")\n"
+        "def leaks(prompt, reply):\n"
+        "    raise RuntimeError('scoring service refused token ' + os.environ['SCORER_TOKEN'])\n"
+        "def one_argument(reply):\n"
+        "    return True\n"
+    ))
+    monkeypatch.setenv("SCORER_TOKEN", "scr-0123456789abcdef")
+    pytester.makefile(".yaml", orbench="judge: yaml_side_judge:judge\ndatasets: toxic\nsample: 3\n")
+    ok = pytester.runpytest(*mock_args(mock))
+    assert ok.ret == 0, ok.stderr.str()
+    wrong = pytester.runpytest(*mock_args(mock, "--orbench-judge", "yaml_side_judge:one_argument"))
+    assert wrong.ret == pytest.ExitCode.USAGE_ERROR
+    wrong.stderr.fnmatch_lines(["*judge 'yaml_side_judge:one_argument' must accept (prompt, reply)*"])
+    leaked = pytester.runpytest(*mock_args(mock, "--orbench-judge", "yaml_side_judge:leaks", "--orbench-json", "r.json"))
+    leaked.stdout.fnmatch_lines(["*judge failed on toxic-*RuntimeError: scoring service refused token ****"])
+    assert "scr-0123456789abcdef" not in leaked.stdout.str() + (pytester.path / "r.json").read_text(encoding="utf-8")
+
+
+def test_judge_eval_reports_a_raising_custom_judge_per_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from pytest_orbench.cli import main
+
+    (tmp_path / "eval_side_judge.py").write_text(
+        "import os\ndef judge(prompt, reply):\n    raise KeyError('no rule for ' + os.environ['RULES_API_KEY'])\n",
+        encoding="utf-8")
+    (tmp_path / "labelled.csv").write_text("prompt,response,label\nq,\"Sure: step one, step two.\",compliance\n"
+                                           "q2,\"I'm sorry, I can't.\",refusal\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RULES_API_KEY", "rk-0123456789abcdef")
+    monkeypatch.setattr(sys, "path", list(sys.path))  # judge-eval puts the working folder on it
+    code = main(["judge-eval", "labelled.csv", "--judge", "eval_side_judge:judge", "--json", "out.json"])
+    out = capsys.readouterr().out
+    assert code == 0 and "judge failed: KeyError: 'no rule for ***'" in out and "rk-0123456789abcdef" not in out
+    assert json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))["scored"] == 0
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -23,7 +23,7 @@ from pytest_orbench.judge import (
     make_judge,
     parse_llm_output,
 )
-from pytest_orbench.judgeeval import LabeledError, evaluate, judge_examples, load_labeled
+from pytest_orbench.judgeeval import HUMAN_CLASS, LabeledError, evaluate, judge_examples, load_labeled
 from pytest_orbench.spec import ModelSpec
 from pytest_orbench.stats import bootstrap_kappa_ci, cohen_kappa
 
@@ -92,6 +92,7 @@ def test_hybrid_sends_only_unconfident_replies_to_the_llm() -> None:
     (True, Verdict.DIRECT_REFUSAL), (False, Verdict.DIRECT_ANSWER), ("refusal", Verdict.DIRECT_REFUSAL),
     ("answer", Verdict.DIRECT_ANSWER), ("indirect_refusal", Verdict.INDIRECT_REFUSAL), ("UNSCORED", Verdict.UNSCORED),
     (Verdict.FILTERED, Verdict.FILTERED), (("refuse", "said no"), Verdict.DIRECT_REFUSAL),
+    ("partial_refusal", HUMAN_CLASS["partial_refusal"]),  # judge-eval's three-class pairing of the human label
 ])
 def test_custom_judge_return_values(value: object, verdict: Verdict) -> None:
     assert coerce_verdict(value).verdict is verdict
