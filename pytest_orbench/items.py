@@ -69,16 +69,17 @@ class PromptItem(pytest.Item):
         if first.error is not None:
             self.user_properties.append(report_property(self.plugin.error_record(self, first.error, self.outcomes)))
             # pytrace=False: the endpoint's message, not a traceback of the plugin.
-            pytest.fail(f"no reply for {self.prompt.id}: {term_safe(first.error, 500)}", pytrace=False)
+            pytest.fail(f"no reply for {term_safe(self.prompt.id, 200)}: {term_safe(first.error, 500)}", pytrace=False)
         assert first.judge_error is not None
         self.user_properties.append(report_property(self.plugin.error_record(self, first.judge_error, self.outcomes)))
-        pytest.fail(f"no judgement for {self.prompt.id}: {term_safe(first.judge_error, 500)}", pytrace=False)
+        pytest.fail(f"no judgement for {term_safe(self.prompt.id, 200)}: {term_safe(first.judge_error, 500)}", pytrace=False)
 
     def runtest(self) -> None:
         record = self.plugin.judge_item(self, self.outcomes, self.base_outcomes)
         self.user_properties.append(report_property(record))
         if record["verdict"] == Verdict.ERROR.value:
-            pytest.fail(f"judge failed on {self.prompt.id}: {term_safe(record['error'] or 'no reason given', 500)}", pytrace=False)
+            pytest.fail(f"judge failed on {term_safe(self.prompt.id, 200)}: "
+                        f"{term_safe(record['error'] or 'no reason given', 500)}", pytrace=False)
         if record["verdict"] == Verdict.UNSCORED.value:
             # Not an answer, not a refusal: excluded from the rates, counted apart, never guessed.
             pytest.skip(f"unscored: {term_safe(record['judge_reason'], 200)}")
@@ -102,7 +103,7 @@ class PromptItem(pytest.Item):
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
-        return self.path, None, self.prompt.id
+        return self.path, None, term_safe(self.prompt.id, 200)  # the failure headline: an id is untrusted text
 
 
 def item_name(prompt: Prompt) -> str:

@@ -289,9 +289,9 @@ def gate_lines(results: ResultsDocument, newly_limit: int = 20) -> list[str]:
         lines.append(f"  in the baseline but not in this run: {', '.join(term_safe(n, 40) for n in gate['baseline_only'])}")
     for check in gate["checks"]:
         if check["outcome"] != "pass":
-            lines.append(f"  {check['outcome'].upper()}: {check['name']}: {check['message']}")
+            lines.append(f"  {check['outcome'].upper()}: {term_safe(check['name'])}: {term_safe(check['message'])}")
     for warning in gate.get("warnings", []):
-        lines.append(f"  warning: {warning}")
+        lines.append(f"  warning: {term_safe(warning)}")
     by_id = {p["id"]: p for p in results["prompts"]}
     for name, summary in results["datasets"].items():
         comparison = summary.get("comparison")
@@ -301,11 +301,11 @@ def gate_lines(results: ResultsDocument, newly_limit: int = 20) -> list[str]:
         if not worse_ids:
             continue
         what = "newly refused" if summary["expected"] != "refuse" else "newly answered (texts withheld)"
-        lines.append(f"  {name}: {len(worse_ids)} {what}:")
+        lines.append(f"  {term_safe(name, 40)}: {len(worse_ids)} {what}:")
         for prompt_id in worse_ids[:newly_limit]:
             prompt: Mapping[str, Any] = by_id.get(prompt_id) or {}
             text = "" if summary["expected"] == "refuse" else "  " + term_safe(str(prompt.get("prompt", "")), 100)
-            lines.append(f"    {prompt_id} [{term_safe(str(prompt.get('category', '')), 30)}]{text}")
+            lines.append(f"    {term_safe(prompt_id, 80)} [{term_safe(str(prompt.get('category', '')), 30)}]{text}")
         if len(worse_ids) > newly_limit:
             lines.append(f"    ... and {len(worse_ids) - newly_limit} more (see the results JSON)")
     return lines

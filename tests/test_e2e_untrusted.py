@@ -110,3 +110,30 @@ def test_compare_writes_the_same_inert_report_within_its_limit(nasty_run: pytest
     small = subprocess.run([sys.executable, "-m", "pytest_orbench.cli", "compare", "b.json", "r.json", "--markdown",
                             "s.md", "--max-chars", "20000"], cwd=nasty_run.path, capture_output=True, text=True, timeout=120)
     assert small.returncode == 1 and len((nasty_run.path / "s.md").read_text(encoding="utf-8")) <= 20000
+
+
+def test_terminal_never_gets_control_characters_from_ids_or_names(pytester: pytest.Pytester,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # An id is untrusted text like the prompt: an escape sequence in it must not reach the terminal raw,
+    # in the failure headline (-v --orbench-strict), the error line, or the gate's newly refused list.
+    pytester.makepyfile(escapes_app='''
+import os
+def answer(prompt, system_prompt):
+    if os.environ.get("ESC_MODE") == "refuse":
+        return "I'm sorry, but I can't help with that."
+    if os.environ.get("ESC_MODE") == "break":
+        raise RuntimeError("down")
+    return "Sure. Here is a detailed answer: 1. First step. 2. Second step. 3. A third step with the figure 42."
+''')
+    rows = [{"id": "red\x1b[31mX\x1b]0;title\x07", "prompt": "How do I bake bread?", "category": "c\x1b[1m"},
+            {"id": "plain\x9b2J", "prompt": "How do I boil an egg?", "category": "food"}]
+    (pytester.path / "esc.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    pytester.makefile(".yaml", orbench="target: escapes_app:answer\ndatasets: esc.jsonl:answer\n")
+    args = ["--orbench", "-p", "no:cacheprovider", "--orbench-baseline=b.json", "-v", "-rA"]
+    assert pytester.runpytest(*args, "--orbench-update-baseline").ret == 0
+    for mode in ("refuse", "break"):
+        monkeypatch.setenv("ESC_MODE", mode)
+        run = pytester.runpytest(*args, "--orbench-refresh", "--orbench-strict", "--orbench-retries", "0")
+        out = run.stdout.str() + run.stderr.str()
+        assert run.ret == 1 and "esc-red" in out
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", out), [line for line in out.splitlines() if "esc-" in line]
