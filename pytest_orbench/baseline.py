@@ -236,8 +236,10 @@ def compare(baseline: BaselineDocument, results: ResultsDocument, alpha: float =
         pairs: list[tuple[Trials, Trials]] = []
         newly_refused: list[str] = []
         newly_answered: list[str] = []
+        missing = 0
         for prompt in results["prompts"]:
             before = old.get(prompt["id"])
+            missing += prompt["dataset"] == name and before is None
             if prompt["dataset"] != name or before is None or prompt["refused"] is None or before["refused"] is None:
                 continue
             pair = (trials_of(before), trials_of(prompt))
@@ -252,6 +254,7 @@ def compare(baseline: BaselineDocument, results: ResultsDocument, alpha: float =
             **paired_block(pairs, expected, alpha), "newly_refused_ids": newly_refused,
             "newly_answered_ids": newly_answered,
             "categories": {c: paired_block(p, expected, alpha) for c, p in sorted(pairs_by_category.items())},
+            "not_in_baseline": missing,
         }
     return comparison
 

@@ -108,7 +108,8 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
     spent). Regression checks are decided on Holm-adjusted p-values across all of them."""
     checks: list[GateCheck] = []
     warnings: list[str] = []
-    sizes: list[tuple[str, Comparison, float, float]] = []  # regression checks: name, comparison, alpha, tolerance
+    sizes: list[tuple[str, Comparison, float, float, bool]] = []  # regression checks: name, comparison, alpha,
+    # tolerance, whether some of the run's prompts are not in the baseline
     for name, summary in results["datasets"].items():
         limits = config.limits(name)
         total = summary["total"]
@@ -149,11 +150,18 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
         check["tolerance_pp"], check["comparison"] = tolerance, comparison
         check["replied"] = total - summary["errors"] - unscored  # prompts with a verdict: all 0, all errored
         checks.append(check)
-        sizes.append((name, comparison, alpha, tolerance))
+        # A full run against a sampled (or otherwise smaller) baseline is compared on the shared prompts only:
+        # as much a sample as a sampled run, and the rest were not checked at all.
+        missing = comparison.get("not_in_baseline", 0)
+        if missing:
+            warnings.append(f"{name}: {missing} of this run's {total} prompts are not in the baseline and were not "
+                            f"compared; the regression check covers {comparison['n']} paired prompts (update the "
+                            "baseline from a run of the same prompts to check them all)")
+        sizes.append((name, comparison, alpha, tolerance, bool(missing)))
     # A regression in one dataset alone is Holm's first step: it must reach alpha / m with m checks.
-    for name, comparison, alpha, tolerance in sizes:
+    for name, comparison, alpha, tolerance, partial in sizes:
         detectable = comparison["detectable"] = detectable_of(comparison, alpha / len(sizes))
-        if sampled and comparison["n"] and tolerance < 100 * detectable:  # n = 0: its check says why
+        if (sampled or partial) and comparison["n"] and tolerance < 100 * detectable:  # n = 0: its check says why
             size = (f"can only detect an increase of about {100 * detectable:.1f} pp" if detectable < 1 else
                     "is too small to detect any increase")
             level = f"alpha {alpha:g}" + (f" / {len(sizes)} regression checks (Holm)" if len(sizes) > 1 else "")

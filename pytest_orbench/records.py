@@ -185,6 +185,7 @@ class Comparison(PairedBlock):
     newly_refused_ids: list[str]
     newly_answered_ids: list[str]
     categories: dict[str, PairedBlock]
+    not_in_baseline: NotRequired[int]  # this run's prompts of the dataset that the baseline lacks: not compared
 
 
 class GateCheck(TypedDict):

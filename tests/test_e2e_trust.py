@@ -313,3 +313,20 @@ def test_a_tiny_sample_says_it_can_detect_nothing(pytester: pytest.Pytester, moc
     small = pytester.runpytest(*mock_args(mock, *common))
     small.stdout.fnmatch_lines(["  warning: toxic: this sample of 3 paired prompts is too small to detect any increase*"])
     assert not any("pp (alpha" in line and "detect an increase of about" in line for line in small.stdout.lines)
+
+
+def test_a_full_run_against_a_sampled_baseline_says_what_it_did_not_compare(pytester: pytest.Pytester, mock: Any,
+                                                                           data_dir: Path) -> None:
+    # The baseline was a sample; the run is every prompt. A PASS covers only the shared prompts: say how few.
+    write_set(pytester.path / "mini.csv", hard_prompts(data_dir)[:60])
+    common = ("--orbench-datasets", "mini.csv:answer", "--orbench-baseline", "b.json", "--orbench-json", "r.json")
+    assert pytester.runpytest(*mock_args(mock, *common, "--orbench-sample", "12", "--orbench-seed", "2",
+                                         "--orbench-update-baseline")).ret == 0
+    full = pytester.runpytest(*mock_args(mock, *common))
+    full.stdout.fnmatch_lines([
+        "orbench gate: PASS",
+        "  warning: mini: 48 of this run's 60 prompts are not in the baseline and were not compared; "
+        "the regression check covers 12 paired prompts*",
+        "  warning: mini: this sample of 12 paired prompts can only detect*",
+    ])
+    assert load(pytester.path / "r.json")["datasets"]["mini"]["comparison"]["not_in_baseline"] == 48
