@@ -112,6 +112,14 @@ def prompts_problem(prompts: object) -> str | None:
         trials = {k: prompts[index].get(k, MISSING) for k in ("refused_trials", "scored_trials")}
         shown = ", ".join(f"{k} {'missing' if v is MISSING else _value(v)}" for k, v in trials.items())
         problem = f"{label(index)} has {shown}; both are needed, with 0 <= refused_trials <= scored_trials"
+    if problem is None:
+        # Both sides of a merge conflict kept (one prompt per line invites it): one of the two verdicts
+        # would silently win, so neither is trusted.
+        first: dict[str, int] = {}
+        for index, prompt in enumerate(prompts):
+            earlier = first.setdefault(prompt["id"], index)
+            if earlier != index:
+                return f"{label(index)} repeats the id of prompts[{earlier}]; each prompt may appear once (a merge that kept both sides?)"
     return problem
 
 

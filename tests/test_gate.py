@@ -197,6 +197,9 @@ def _drop(key: str) -> Any:
     (lambda d: d["run"]["datasets"].update({"hard-1k": []}), 'run.datasets["hard-1k"] is [], not an object'),
     (lambda d: d.update(datasets=[]), "`datasets` is [], not an object"),
     (lambda d: d.update(prompts={}), "`prompts` is {}, not a list"),
+    # A merge that kept both sides of a conflict: two verdicts for one prompt, one of which would silently win.
+    (lambda d: d["prompts"].append(d["prompts"][1] | {"refused": False}),
+     "prompts[3] (id hard-1k-0001) repeats the id of prompts[1]; each prompt may appear once"),
 ])
 def test_damaged_baseline_is_refused_naming_the_prompt_and_key(tmp_path: Path, damage: Any, message: str) -> None:
     path = tmp_path / "baseline.json"
