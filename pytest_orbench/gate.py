@@ -206,7 +206,11 @@ def _decide_regressions(checks: list[GateCheck]) -> None:
                 ("no prompt of this run is in the baseline: nothing was compared" if n == 0 else
                  f"only {n} paired prompt{'s' if n != 1 else ''}: even if every one regressed, p would be "
                  f"{0.5 ** n:.3g} >= alpha {alpha:g}, so no regression could be detected")
-                + "; run the baseline's prompts (the same datasets, sample size and seed)")
+                # Unpaired prompts: the sample differs from the baseline's. All paired (a small file, a live
+                # base asked the same prompts): the set itself is too small.
+                + ("; run the baseline's prompts (the same datasets, sample size and seed)"
+                   if n == 0 or comparison.get("not_in_baseline") else
+                   "; compare more prompts (a larger --orbench-sample, or a larger dataset)"))
             continue
         check["outcome"] = "fail" if 100 * worse > tolerance and p_adjusted < alpha else "pass"
         holm_text = f", Holm-adjusted over {family} regression checks p = {p_adjusted:.3g}" if family > 1 else ""

@@ -101,6 +101,14 @@ def test_a_check_that_could_not_fail_is_inconclusive_never_a_pass() -> None:
     (check,) = [c for c in gate["checks"] if c["kind"] == "regression"]
     assert gate["verdict"] == "inconclusive" and check["outcome"] == "inconclusive"
     assert check["message"].startswith("only 4 paired prompts: even if every one regressed, p would be 0.0625 >= alpha 0.05")
+    assert check["message"].endswith("run the baseline's prompts (the same datasets, sample size and seed)")  # 96 unpaired
+    # Every prompt paired (a four-prompt file, a live base asked the same prompts): running the baseline's
+    # prompts again would change nothing; the set is too small.
+    tiny = make_results({"hard-1k": [True] * 4})
+    gate = assess(tiny, baseline_document(make_results({"hard-1k": [False] * 4})), parse_gate({}))["gate"]
+    (check,) = [c for c in gate["checks"] if c["kind"] == "regression"]
+    assert check["outcome"] == "inconclusive" and check["message"].endswith(
+        "compare more prompts (a larger --orbench-sample, or a larger dataset)")
     none = baseline_document(make_results({"hard-1k": [False] * 10}))
     for prompt in none["prompts"]:
         prompt["id"] = "other-" + prompt["id"]
