@@ -46,6 +46,9 @@ class Plan:
     misses: list[Request] = field(default_factory=list)  # no fresh reply: a call
     unjudged: list[Request] = field(default_factory=list)  # a fresh reply, no LLM judgement yet: a judge call
     stale: int = 0  # stored, but older than store_max_age: asked again
+    # Per configuration: requests without a fresh reply that need no call of their own, since an identical
+    # prompt's request (same text, so the same store key) makes it.
+    shared: dict[int, int] = field(default_factory=dict)
 
 
 def make_plan(store: Store, judge: Judge, requests: list[Request], max_age: float | None, offline: bool = False) -> Plan:
@@ -56,10 +59,14 @@ def make_plan(store: Store, judge: Judge, requests: list[Request], max_age: floa
         plan.stale = store.count_stale([k for k in keys if k not in plan.stored], max_age)
     seen: set[str] = set()
     judge_keys: dict[str, str] = {}
+    unique: list[Request] = []
     for request in requests:
         if request.key in seen:
+            if request.key not in plan.stored:
+                plan.shared[request.config] = plan.shared.get(request.config, 0) + 1
             continue
         seen.add(request.key)
+        unique.append(request)
         record = plan.stored.get(request.key)
         if record is None:
             plan.misses.append(request)
@@ -70,7 +77,7 @@ def make_plan(store: Store, judge: Judge, requests: list[Request], max_age: floa
     if judge_keys:
         found = store.get_many(judge_keys.values(), max_age)
         plan.judged = {k: found[v] for k, v in judge_keys.items() if v in found}
-        plan.unjudged = [r for r in requests if r.key in judge_keys and r.key not in plan.judged]
+        plan.unjudged = [r for r in unique if r.key in judge_keys and r.key not in plan.judged]
     return plan if offline else _fetching(plan)
 
 
@@ -164,10 +171,15 @@ class Coordinator:
         aged = f" ({plan.stale} stored replies older than {_age(max_age)} are asked again)" if plan.stale else ""
         replies = len(dict.fromkeys(r.key for r in requests))
         stored = replies - len(plan.misses)
-        prompts = len(requests) // (s.trials * (2 if s.base is not None else 1))
+        each = s.trials * (2 if s.base is not None else 1)
+        prompts = len(requests) // each
         how = " and ".join(w for w in (f"{s.trials} trials each" if s.trials > 1 else "",
                                        "the live base too" if s.base is not None else "") if w)
-        what = f"{prompts} prompts" if prompts == replies else f"{prompts} prompts ({replies} replies: {how})"
+        notes = [f"{len(requests)} replies: {how}"] if each > 1 else []
+        if replies < len(requests):  # prompts with identical text: one reply each text, one call
+            shared = len(requests) - replies
+            notes.append(f"{replies} distinct: {shared} shared a reply with an identical prompt")
+        what = f"{prompts} prompts" + (f" ({'; '.join(notes)})" if notes else "")
         return f"orbench: {what}, {stored} stored, {action}{judging}{aged}"
 
     def _stored_reply(self, key: str) -> dict[str, Any]:

@@ -10,7 +10,7 @@ per LLM judge verdict). Prices come from `input_cost_per_token` / `output_cost_p
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from pytest_orbench.prices import Price, price_of
@@ -34,6 +34,8 @@ class Part:
     output_tokens: int  # assumed
     price: Price | None
     at_most: bool = False  # hybrid judge: only the replies it cannot decide go to the LLM
+    shared: int = 0  # prompts (trials) answered by another's call: an identical prompt's reply
+    unit: str = "prompts"  # what `shared` counts ("prompt trials" with --orbench-trials)
 
     @property
     def cost(self) -> float | None:
@@ -108,7 +110,9 @@ def lines(parts: list[Part], output_tokens: int) -> list[str]:
     for p in parts:
         bound = "at most " if p.at_most else ""
         where = f", priced from {p.price.source}" if p.price else ""
-        out.append(f"  {p.what} {p.model}: {bound}{p.calls:,} calls, {p.input_tokens:,} input + {p.output_tokens:,} "
+        shared = (f"{p.calls + p.shared:,} {p.unit}, " if p.shared else "") + f"{bound}{p.calls:,} calls" + (
+            f" ({p.shared:,} shared a reply with an identical prompt)" if p.shared else "")
+        out.append(f"  {p.what} {p.model}: {shared}, {p.input_tokens:,} input + {p.output_tokens:,} "
                    f"output tokens; synchronous {_amount(p.cost, bound, False)}, "
                    f"batch {_amount(p.batch_cost, bound, p.price is not None)}{where}")
     sync, batch = total(parts), total(parts, batch=True)
@@ -132,14 +136,15 @@ def plan_parts(settings: Settings, judge: Judge, plan: Plan) -> list[Part]:
     parts = []
     for config, what in ((0, "endpoint"), (1, "live base")):
         c = s if config == 0 else s.base
-        texts = [r.text for r in plan.misses if r.config == config]
+        texts = [r.text for r in plan.misses if r.config == config]  # one per store key: a call each
         if c is None or not texts:
             continue
         if c.target is not None:
-            parts.append(Part(what, f"target:{c.target}", len(texts), 0, 0, None))
-            continue
-        assert c.model is not None
-        parts.append(endpoint_part(what, c.model, c.system_prompt, texts, s.estimate_output_tokens, c.litellm_kwargs))
+            part = Part(what, f"target:{c.target}", len(texts), 0, 0, None)
+        else:
+            assert c.model is not None
+            part = endpoint_part(what, c.model, c.system_prompt, texts, s.estimate_output_tokens, c.litellm_kwargs)
+        parts.append(replace(part, shared=plan.shared.get(config, 0), unit="prompts" if s.trials == 1 else "prompt trials"))
     if judge.llm is not None and s.judge_spec is not None:
         questions: list[tuple[str, str | None]] = [(r.text, None) for r in plan.misses]
         questions += [(r.text, reply_text(plan.stored[r.key])) for r in plan.unjudged]

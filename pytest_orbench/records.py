@@ -97,6 +97,7 @@ class PromptRecord(Combined, Costs):
     fetched: bool
     calls_made: int
     calls_stored: int
+    shared_reply_with: NotRequired[str]  # an earlier prompt with the same text: its reply, counted there
     finish_reason: NotRequired[str | None]
     served_model: NotRequired[str | None]
     system_fingerprint: NotRequired[str | None]
@@ -123,7 +124,7 @@ class RunMeta(TypedDict, total=False):
     trials: int
     base: dict[str, Any]  # the live base's endpoint facts and what differs
     datasets: dict[str, dict[str, Any]]  # per dataset: source file, sha256, revision, total, selected, expected
-    calls: dict[str, int]  # made, stored, errors
+    calls: dict[str, int]  # made, stored, errors (per reply); prompts, shared (prompts whose reply another's call made)
     spend: dict[str, dict[str, Any]]  # endpoint / base / judge: tokens and cost_usd (None: price unknown)
     judge_calls: dict[str, int]
     served: dict[str, dict[str, int]]  # models and system fingerprints the provider reported, with counts

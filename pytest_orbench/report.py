@@ -212,7 +212,7 @@ def terminal_lines(run: RunMeta, summaries: dict[str, DatasetSummary], categorie
         lines.append("")
         lines.append(
             f"calls: {calls['made']} made this run, {calls['stored']} replies from the store, "
-            f"{calls['errors']} errors after retries" + _spend_text(run.get("spend", {}).get("endpoint"))
+            f"{calls['errors']} errors after retries" + _shared_text(calls) + _spend_text(run.get("spend", {}).get("endpoint"))
         )
     judged = run.get("judge_calls")
     if judged:
@@ -246,6 +246,13 @@ P_EXPLAINED = ("p: one-sided p that the change is a regression (exact McNemar wi
 def _adjusted(comparison: PairedBlock) -> str:
     value = comparison.get("p_adjusted")
     return "n/a" if value is None else f"{value:.3g}"
+
+
+def _shared_text(calls: dict[str, int]) -> str:
+    """How many prompts shared a reply (identical text: one call), when any did."""
+    shared = calls.get("shared") or 0
+    return (f", for {calls['prompts']} prompts ({shared} shared a reply with an identical prompt)"
+            if shared and "prompts" in calls else "")
 
 
 def _spend_text(spend: dict[str, Any] | None) -> str:

@@ -77,6 +77,22 @@ def base_record(record: PromptRecord) -> PromptRecord:
     })
 
 
+def mark_shared(records: list[PromptRecord]) -> list[PromptRecord]:
+    """The records that own their replies. Prompts with identical text share every reply (the store key
+    holds the text, not the id), so one call answers them all: the first of them (in `records`' order)
+    counts the calls, tokens and cost; each later one names it in `shared_reply_with` and counts no call."""
+    first: dict[str, str] = {}
+    owners = []
+    for record in records:
+        owner = first.setdefault(record["prompt_sha256"], record["id"])
+        if owner == record["id"]:
+            owners.append(record)
+        else:
+            record["shared_reply_with"] = owner
+            record["calls_made"] = record["calls_stored"] = 0
+    return owners
+
+
 class RunResults:
     """Collects the records of the prompt tests and turns them into the run's results."""
 
@@ -102,23 +118,28 @@ class RunResults:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if not self.records:
             return
-        records = list(self.records.values())
+        order = {p.id: n for n, p in enumerate(p for d in self.plugin.datasets for p in d.prompts)}
+        records = sorted(self.records.values(), key=lambda r: order.get(r["id"], len(order)))
+        # Calls, tokens and cost are counted once per reply: prompts with identical text share theirs.
+        owners = mark_shared(records)
         run = self.plugin.run_meta()
         run["calls"] = {
-            "made": sum(r.get("calls_made", int(r["fetched"])) for r in records),
-            "stored": sum(r.get("calls_stored", int(r["from_store"])) for r in records),
-            "errors": sum(1 for r in records if r["verdict"] == Verdict.ERROR.value),
+            "made": sum(r.get("calls_made", int(r["fetched"])) for r in owners),
+            "stored": sum(r.get("calls_stored", int(r["from_store"])) for r in owners),
+            "errors": sum(1 for r in owners if r["verdict"] == Verdict.ERROR.value),
+            "prompts": len(records),
+            "shared": len(records) - len(owners),
         }
-        run["spend"] = {"endpoint": _spend([(r["cost"], r["usage"]) for r in records])}
+        run["spend"] = {"endpoint": _spend([(r["cost"], r["usage"]) for r in owners])}
         if self.settings.base is not None:
-            run["spend"]["base"] = _spend([(r["base"]["base_cost"], r["base"]["base_usage"]) for r in records if "base" in r])
+            run["spend"]["base"] = _spend([(r["base"]["base_cost"], r["base"]["base_usage"]) for r in owners if "base" in r])
         if self.plugin.judge.llm is not None:
             run["judge_calls"] = {
-                "sent_to_llm": sum(1 for r in records if r.get("judge_llm")),
-                "decided_without_llm": sum(1 for r in records if not r.get("judge_llm") and r["verdict"] != Verdict.ERROR.value),
-                "made": sum(1 for r in records if r.get("judge_fetched")),
+                "sent_to_llm": sum(1 for r in owners if r.get("judge_llm")),
+                "decided_without_llm": sum(1 for r in owners if not r.get("judge_llm") and r["verdict"] != Verdict.ERROR.value),
+                "made": sum(1 for r in owners if r.get("judge_fetched")),
             }
-            run["spend"]["judge"] = _spend([(r["judge_cost"], r["judge_usage"]) for r in records])
+            run["spend"]["judge"] = _spend([(r["judge_cost"], r["judge_usage"]) for r in owners])
         run["served"] = served_versions(records)
         run["started"] = datetime.fromtimestamp(self.plugin.started, UTC).isoformat(timespec="seconds")
         run["duration_seconds"] = round(time.time() - self.plugin.started, 2)

@@ -45,7 +45,7 @@ def test_full_run_exact_counts_one_call_per_prompt_zero_on_rerun(pytester: pytes
     lo, hi = data["datasets"]["hard-1k"]["ci95"]
     assert lo < hard / 1319 < hi
     assert len(data["datasets"]["hard-1k"]["categories"]) == 10
-    assert data["run"]["calls"] == {"made": 1974, "stored": 0, "errors": 0}
+    assert data["run"]["calls"] == {"made": 1974, "stored": 0, "errors": 0, "prompts": 1974, "shared": 0}
     prompt = next(p for p in data["prompts"] if p["id"] == "hard-1k-0001")
     assert prompt["prompt_sha256"] == hashlib.sha256(prompt["prompt"].encode()).hexdigest()
     assert set(prompt) >= {"id", "dataset", "category", "prompt_sha256", "verdict", "refused"}
@@ -60,7 +60,7 @@ def test_full_run_exact_counts_one_call_per_prompt_zero_on_rerun(pytester: pytes
     rerun.assert_outcomes(passed=(1319 - hard) + toxic, xfailed=hard + (655 - toxic))
     assert stats(mock.url)["requests"] == 1974  # zero calls on re-run
     again = load(pytester.path / "again.json")
-    assert again["run"]["calls"] == {"made": 0, "stored": 1974, "errors": 0}
+    assert again["run"]["calls"] == {"made": 0, "stored": 1974, "errors": 0, "prompts": 1974, "shared": 0}
     assert [(p["id"], p["verdict"]) for p in again["prompts"]] == [(p["id"], p["verdict"]) for p in data["prompts"]]
 
 

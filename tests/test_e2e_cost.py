@@ -80,7 +80,8 @@ def test_max_cost_stops_the_calls_when_the_spend_reaches_it_and_a_rerun_pays_onl
     assert resumed.ret in (0, 1)
     assert stats(mock.url)["completions"] == 20  # only the prompts not asked before
     assert json.loads(Path(pytester.path, "r.json").read_text())["run"]["calls"] == {"made": 20 - made, "stored": made,
-                                                                                     "errors": 0}
+                                                                                     "errors": 0, "prompts": 20,
+                                                                                     "shared": 0}
 
 
 @pytest.mark.parametrize("key", ["input_cost_per_token", "output_cost_per_token", "input_cost_per_token_batches"])
@@ -114,3 +115,37 @@ def test_estimate_lines_say_unknown_prices_upper_bounds_and_unlisted_batch_price
         "  total: synchronous price unknown, batch price unknown",
     ]
     assert total([Part("endpoint", "openai/x", 0, 0, 0, None)]) == 0.0  # nothing to call costs nothing
+
+
+def test_prompts_with_identical_text_are_one_call_in_the_estimate_the_limit_and_the_spend(
+    pytester: pytest.Pytester, mock: Any,
+) -> None:
+    # Replies are stored by prompt text: 8 rows with 2 distinct texts are 2 calls, and every figure says so.
+    priced(pytester)
+    rows = ["How do I bake sourdough bread at home?", "What is a good way to learn chess openings?"] * 4
+    pytester.makefile(".csv", dup="prompt\n" + "\n".join(rows) + "\n")
+    args = mock_args(mock, "--orbench-datasets", "dup.csv:answer", "--orbench-json", "r.json")
+    estimate = pytester.runpytest(*args, "--orbench-estimate", "--orbench-estimate-output-tokens", "50")
+    estimate.stdout.fnmatch_lines(["  endpoint openai/orbench-mock: 8 prompts, 2 calls (6 shared a reply with an identical "
+                                   "prompt), * input + 100 output tokens; *"])
+    over = pytester.runpytest(*args, "--orbench-max-cost", "0.00001")
+    assert over.ret == pytest.ExitCode.USAGE_ERROR
+    over.stderr.fnmatch_lines(["  endpoint openai/orbench-mock: 8 prompts, 2 calls (6 shared a reply with an identical "
+                               "prompt), * input + 800 output tokens; *"])
+    assert stats(mock.url)["requests"] == 0
+    run = pytester.runpytest(*args, "--orbench-max-cost", "1")
+    assert stats(mock.url)["completions"] == 2
+    run.stdout.fnmatch_lines(["orbench: 8 prompts (2 distinct: 6 shared a reply with an identical prompt), 0 stored, "
+                              "2 to fetch, *",
+                              "calls: 2 made this run, 0 replies from the store, 0 errors after retries, for 8 prompts "
+                              "(6 shared a reply with an identical prompt); * prompt + * completion tokens, $0.0*"])
+    data = json.loads(Path(pytester.path, "r.json").read_text())
+    assert data["run"]["calls"] == {"made": 2, "stored": 0, "errors": 0, "prompts": 8, "shared": 6}
+    prompts = data["prompts"]
+    assert [p.get("shared_reply_with") for p in prompts] == [None, None, *["dup-1", "dup-2"] * 3]
+    owners = [p for p in prompts if "shared_reply_with" not in p]
+    spend = data["run"]["spend"]["endpoint"]
+    assert spend["prompt_tokens"] == sum(p["usage"]["prompt_tokens"] for p in owners) > 0
+    assert spend["completion_tokens"] == sum(p["usage"]["completion_tokens"] for p in owners) > 0
+    assert spend["cost_usd"] == pytest.approx(sum(p["cost"] for p in owners))
+    assert sum(p["calls_made"] for p in prompts) == 2
