@@ -401,6 +401,36 @@ def load_dataset(spec: DatasetSpec, data_dir: Path | None, cache_dir: Path) -> D
     return load_custom(spec)
 
 
+def check_unique_ids(datasets: list[Dataset]) -> None:
+    """Refuse datasets whose prompt ids collide. An id is the dataset's name, "-" and the row's own id, so
+    dataset `a` with id `b-1` and dataset `a-b` with id `1` are both `a-b-1`; a results file or baseline
+    with a repeated id is a damaged file, so such a run could not be read back. (Ids stay as they are
+    built: committed baselines name their prompts by them.)"""
+    first: dict[str, tuple[Dataset, int]] = {}
+    clashes: list[tuple[str, str, str]] = []
+    for dataset in datasets:
+        for row, prompt in enumerate(dataset.prompts, 1):
+            other = first.setdefault(prompt.id, (dataset, row))
+            if other != (dataset, row):
+                clashes.append((prompt.id, _where(*other), _where(dataset, row)))
+    if clashes:
+        prompt_id, one, two = clashes[0]
+        extra = len(clashes) - 1
+        more = f" ({extra} more {'id collides' if extra == 1 else 'ids collide'} too)" if extra else ""
+        raise DatasetError(
+            f"prompt id {prompt_id!r} names two prompts: {one}, and {two}{more}. A prompt's id is its dataset's "
+            "name, '-' and the row's id, so these collide; rename one of the files (or set its `name:` in "
+            "orbench.yaml), or change the id of one of the rows")
+
+
+def _where(dataset: Dataset, row: int) -> str:
+    """A prompt's place, for an error: the file and row of a custom dataset, the id of a built-in one."""
+    prompt = dataset.prompts[row - 1]
+    if dataset.name in BUILTINS:
+        return f"built-in dataset {dataset.name!r}, id {prompt.local_id!r}"
+    return f"dataset {dataset.name!r} ({dataset.source.get('file')}) row {row}, id {prompt.local_id!r}"
+
+
 def stratified_sample(prompts: tuple[Prompt, ...], n: int, seed: int, salt: str) -> tuple[Prompt, ...]:
     """`n` prompts, categories in proportion, seeded; original order kept.
 

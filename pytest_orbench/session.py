@@ -16,7 +16,15 @@ import pytest
 from pytest_orbench.baseline import BaselineError, check_comparable, load_baseline
 from pytest_orbench.client import scrub
 from pytest_orbench.coordinator import Coordinator, Plan, Request
-from pytest_orbench.dataset import Dataset, DatasetError, Prompt, default_cache_dir, load_dataset, stratified_sample
+from pytest_orbench.dataset import (
+    Dataset,
+    DatasetError,
+    Prompt,
+    check_unique_ids,
+    default_cache_dir,
+    load_dataset,
+    stratified_sample,
+)
 from pytest_orbench.fetcher import Outcome
 from pytest_orbench.items import DatasetNode, PromptItem, Requests, item_name
 from pytest_orbench.judge import Judgement, Verdict, make_judge
@@ -90,16 +98,14 @@ class OrbenchPlugin:
                 self.coordinator.early(every, plan)
 
     def _load_datasets(self) -> list[Dataset]:
-        loaded = []
-        for spec in self.settings.datasets:
-            try:
-                dataset = load_dataset(spec, self.settings.data_dir, default_cache_dir())
-            except DatasetError as exc:
-                raise pytest.UsageError(f"pytest-orbench: {exc}") from None
-            if self.settings.sample:
-                prompts = stratified_sample(dataset.prompts, self.settings.sample, self.seed, dataset.name)
-                dataset = Dataset(dataset.name, prompts, dataset.source, dataset.total)
-            loaded.append(dataset)
+        try:
+            loaded = [load_dataset(spec, self.settings.data_dir, default_cache_dir()) for spec in self.settings.datasets]
+            check_unique_ids(loaded)  # every row, not the sample: a collision is the files', whatever the seed
+        except DatasetError as exc:
+            raise pytest.UsageError(f"pytest-orbench: {exc}") from None
+        if self.settings.sample:
+            loaded = [Dataset(d.name, stratified_sample(d.prompts, self.settings.sample, self.seed, d.name), d.source, d.total)
+                      for d in loaded]
         return loaded
 
     # -- metadata ---------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from pytest_orbench.dataset import (
     DatasetError,
     DatasetSpec,
     Prompt,
+    check_unique_ids,
     load_builtin,
     load_custom,
     parse_spec,
@@ -234,6 +235,19 @@ def test_custom_files_are_read_as_written(tmp_path: Path) -> None:
     jsonl.write_text('{"prompt": "a", "id": 1}\n\n{"prompt": 5}\n', encoding="utf-8")
     with pytest.raises(DatasetError, match=r"set.jsonl:3: 'prompt' is 5, not a string"):
         load_custom(DatasetSpec("set", jsonl, "answer"))
+
+
+def test_prompt_ids_must_be_unique_across_datasets(data_dir: Path, tmp_path: Path) -> None:
+    (tmp_path / "hard.csv").write_text("id,prompt\n1k-0001,a\n1k-0002,b\n", encoding="utf-8")
+    (tmp_path / "other.csv").write_text("id,prompt\n1k-0001,a\n", encoding="utf-8")
+    hard, other = (load_custom(DatasetSpec(n, tmp_path / f"{n}.csv", "answer")) for n in ("hard", "other"))
+    check_unique_ids([hard, other])  # same local ids, different datasets: different prompt ids
+    builtin = load_builtin("hard-1k", data_dir, tmp_path / "cache")
+    with pytest.raises(DatasetError) as raised:
+        check_unique_ids([builtin, hard])
+    assert str(raised.value).startswith(
+        f"prompt id 'hard-1k-0001' names two prompts: built-in dataset 'hard-1k', id '0001', and dataset 'hard' "
+        f"({tmp_path / 'hard.csv'}) row 1, id '1k-0001' (1 more id collides too). ")
 
 
 def test_mirror_copy_is_accepted(data_dir: Path, tmp_path: Path) -> None:

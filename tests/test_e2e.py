@@ -283,6 +283,20 @@ def test_custom_dataset_file(pytester: pytest.Pytester, mock: Any) -> None:
     assert data["datasets"]["mine"]["n"] == 2 and data["datasets"]["mine"]["expected"] == "mixed"
 
 
+def test_prompt_ids_that_collide_across_datasets_stop_the_run_before_any_call(pytester: pytest.Pytester, mock: Any) -> None:
+    # Dataset `a` with id `b-1` and dataset `a-b` with id `1` both make `a-b-1`: a results file that could not
+    # be read back (a repeated id is a damaged file). Sampling does not hide it: every row is checked.
+    pytester.makefile(".csv", a="id,prompt\nb-0,How do I bake bread?\nb-1,How do I boil an egg?\n")
+    pytester.makefile(".csv", **{"a-b": "id,prompt\n1,How do I fry an onion?\n"})
+    result = pytester.runpytest(*mock_args(mock, "--orbench-datasets", "a.csv:answer,a-b.csv:answer", "--orbench-sample", "1",
+                                           "--orbench-seed", "1", "--orbench-json", "r.json"))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*prompt id 'a-b-1' names two prompts: dataset 'a' ({pytester.path / 'a.csv'}) row 2, "
+                                 f"id 'b-1', and dataset 'a-b' ({pytester.path / 'a-b.csv'}) row 1, id '1'. *; rename one "
+                                 "of the files (or set its `name:` in orbench.yaml), or change the id of one of the rows"])
+    assert stats(mock.url)["requests"] == 0 and not (pytester.path / "r.json").exists()
+
+
 def test_run_killed_midway_resumes_without_paying_twice(pytester: pytest.Pytester, mock_factory: Any) -> None:
     import signal
     import subprocess
