@@ -260,9 +260,11 @@ def resolve_file(source: SourceFile, data_dir: Path | None, cache_dir: Path) -> 
     return cached
 
 
-def read_rows(path: Path, text_column: str = "prompt") -> list[dict[str, str]]:
+def read_rows(path: Path, text_column: str = "prompt", id_column: str | None = None,
+              text_columns: tuple[str, ...] = ()) -> list[dict[str, str]]:
     """A CSV or JSONL file's rows as strings. Malformed input is an error naming the file and line, never
-    rows read differently from what was meant; in JSONL, `text_column` must hold a string."""
+    rows read differently from what was meant; in JSONL, `text_column` must hold a string, `text_columns`
+    (category, expected) a string or null, `id_column` a string, an integer or null."""
     try:
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
@@ -282,6 +284,15 @@ def read_rows(path: Path, text_column: str = "prompt") -> list[dict[str, str]]:
             if text_column in row and not isinstance(row[text_column], str):
                 raise DatasetError(f"{path}:{number}: {text_column!r} is {json.dumps(row[text_column])[:40]}, not a "
                                    "string; write the prompt text as a JSON string")
+            # str() would turn a list into the text "['a']": a category, id or expectation nobody wrote.
+            for column in text_columns:
+                if row.get(column) is not None and not isinstance(row[column], str):
+                    raise DatasetError(f"{path}:{number}: {column!r} is {json.dumps(row[column])[:40]}, not a string; "
+                                       'write it as a JSON string ("like this") or leave it out')
+            value = row.get(id_column) if id_column is not None else None
+            if value is not None and (isinstance(value, bool) or not isinstance(value, str | int)):
+                raise DatasetError(f"{path}:{number}: {id_column!r} is {json.dumps(value)[:40]}, not a string or an "
+                                   'integer; write the id as a JSON string ("q1") or an integer (1)')
             rows.append({str(k): "" if v is None else str(v) for k, v in row.items()})
         return rows
     return _csv_rows(path, text)
@@ -349,7 +360,8 @@ def load_builtin(name: str, data_dir: Path | None, cache_dir: Path) -> Dataset:
 
 def load_custom(spec: DatasetSpec) -> Dataset:
     assert spec.path is not None
-    rows = read_rows(spec.path, spec.prompt_column)
+    rows = read_rows(spec.path, spec.prompt_column, spec.id_column,
+                     tuple(dict.fromkeys((spec.category_column, "expected", "label"))))
     if not rows:
         raise DatasetError(f"dataset file {spec.path} has no rows")
     if spec.prompt_column not in rows[0]:

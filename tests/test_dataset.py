@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import shutil
 import threading
 from collections import Counter
@@ -235,6 +236,32 @@ def test_custom_files_are_read_as_written(tmp_path: Path) -> None:
     jsonl.write_text('{"prompt": "a", "id": 1}\n\n{"prompt": 5}\n', encoding="utf-8")
     with pytest.raises(DatasetError, match=r"set.jsonl:3: 'prompt' is 5, not a string"):
         load_custom(DatasetSpec("set", jsonl, "answer"))
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ('{"prompt": "a", "category": ["a"]}', """set.jsonl:2: 'category' is ["a"], not a string; write it as a JSON string"""),
+    ('{"prompt": "a", "category": {"name": "a"}}', """set.jsonl:2: 'category' is {"name": "a"}, not a string"""),
+    ('{"prompt": "a", "category": 3}', "set.jsonl:2: 'category' is 3, not a string"),
+    ('{"prompt": "a", "expected": ["answer"]}', """set.jsonl:2: 'expected' is ["answer"], not a string"""),
+    ('{"prompt": "a", "id": ["q2"]}', """set.jsonl:2: 'id' is ["q2"], not a string or an integer; write the id as"""),
+    ('{"prompt": "a", "id": true}', "set.jsonl:2: 'id' is true, not a string or an integer"),
+    ('{"prompt": "a", "id": 2.5}', "set.jsonl:2: 'id' is 2.5, not a string or an integer"),
+    ('{"prompt": ["a"]}', """set.jsonl:2: 'prompt' is ["a"], not a string"""),
+])
+def test_jsonl_fields_that_are_not_text_are_refused_not_turned_into_text(tmp_path: Path, line: str, message: str) -> None:
+    path = tmp_path / "set.jsonl"
+    path.write_text('{"prompt": "ok", "id": "q1", "category": "c"}\n' + line + "\n", encoding="utf-8")
+    with pytest.raises(DatasetError, match=re.escape(message)):
+        load_custom(DatasetSpec("set", path, "answer"))
+
+
+def test_jsonl_fields_may_be_null_and_ids_integers(tmp_path: Path) -> None:
+    path = tmp_path / "set.jsonl"
+    path.write_text('{"prompt": "a", "id": 1, "category": null, "expected": null}\n{"prompt": "b", "id": "2"}\n',
+                    encoding="utf-8")
+    prompts = load_custom(DatasetSpec("set", path, "answer")).prompts
+    assert [(p.id, p.category, p.expected) for p in prompts] == [("set-1", "uncategorized", "answer"),
+                                                                 ("set-2", "uncategorized", "answer")]
 
 
 def test_prompt_ids_must_be_unique_across_datasets(data_dir: Path, tmp_path: Path) -> None:
