@@ -266,9 +266,18 @@ def read_rows(path: Path, text_column: str = "prompt", id_column: str | None = N
     rows read differently from what was meant; in JSONL, `text_column` must hold a string, `text_columns`
     (category, expected) a string or null, `id_column` a string, an integer or null."""
     try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
+        data = path.read_bytes()
+    except OSError as exc:
         raise DatasetError(f"cannot read dataset file {path}: {exc}") from exc
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        at = data.count(b"\n", 0, exc.start) + 1
+        raise DatasetError(
+            f"{path}:{at}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}: {exc.reason}); "
+            "save the file as UTF-8 (in a spreadsheet: \"CSV UTF-8\"), or convert it with iconv -f ENCODING -t utf-8 "
+            "(ENCODING: the one it was written in, often cp1252 on Windows)"
+        ) from None
     if path.suffix.lower() == ".jsonl":
         rows = []
         # Lines end at \n only: str.splitlines also splits at U+2028, U+0085 etc., which JSON strings may hold.

@@ -255,6 +255,18 @@ def test_jsonl_fields_that_are_not_text_are_refused_not_turned_into_text(tmp_pat
         load_custom(DatasetSpec("set", path, "answer"))
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_a_file_that_is_not_utf8_names_the_line_and_the_fix(tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / f"set{suffix}"
+    first = "prompt\n" if suffix == ".csv" else '{"prompt": "ok"}\n'
+    path.write_bytes(first.encode() + ("caf\u00e9 au lait?\n" if suffix == ".csv" else '{"prompt": "caf\u00e9"}\n').encode("cp1252"))
+    with pytest.raises(DatasetError) as raised:
+        load_custom(DatasetSpec("set", path, "answer"))
+    message = str(raised.value)
+    assert message.startswith(f"{path}:2: not UTF-8 text (byte 0xe9 at offset ")
+    assert "save the file as UTF-8" in message
+
+
 def test_jsonl_fields_may_be_null_and_ids_integers(tmp_path: Path) -> None:
     path = tmp_path / "set.jsonl"
     path.write_text('{"prompt": "a", "id": 1, "category": null, "expected": null}\n{"prompt": "b", "id": "2"}\n',
