@@ -413,7 +413,8 @@ class MockServer:
         return f"http://{host!s}:{port}/v1"
 
     def start(self) -> MockServer:
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="orbench-mock", daemon=True)
+        # stop() waits for the serving loop to look up: every 50 ms, not the default 500 ms per stop.
+        self._thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), name="orbench-mock", daemon=True)
         self._thread.start()
         return self
 

@@ -81,7 +81,7 @@ class FakeGitHub:
                 self._handle("PATCH")
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()  # quick stop()
 
     @property
     def url(self) -> str:
