@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -15,6 +14,7 @@ import github_action_utils as gha
 from action.comment import build_body, upsert
 from action.github import GitHub, GitHubError
 from action.settings import RUN_ERROR, RUN_STDERR, ActionSettings, ActionSettingsError, from_env
+from pytest_orbench.client import scrub
 from pytest_orbench.gate import BLOCKING
 from pytest_orbench.markdown import error_reasons, md_code, md_text
 from pytest_orbench.records import ResultsDocument, ResultsError, load_results
@@ -87,27 +87,17 @@ def _set_outputs(values: Mapping[str, str]) -> None:
             gha.set_output(name, value)
 
 
-_SECRET_NAME = re.compile(r"(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)(?:_|$)", re.IGNORECASE)
-
-
-def _scrub(text: str, env: Mapping[str, str]) -> str:
-    """No value of a variable named like a secret (the provider's key, the GitHub token) in a comment."""
-    for value in sorted({v for k, v in env.items() if len(v) >= 8 and _SECRET_NAME.search(k)}, key=len, reverse=True):
-        text = text.replace(value, "***")
-    return text
-
-
 def run_error(settings: ActionSettings, env: Mapping[str, str]) -> str:
     """Why the Run step stopped, as it said it: the input or base-branch error it wrote, else pytest's
     usage error lines ("ERROR: ...") from its stderr; "" when there is none (a crash: see the log)."""
     work = settings.results_path.parent
     try:
         if (work / RUN_ERROR).is_file():
-            return _scrub((work / RUN_ERROR).read_text(encoding="utf-8").strip(), env)
+            return scrub(None, (work / RUN_ERROR).read_text(encoding="utf-8").strip(), env)
         if (work / RUN_STDERR).is_file():
             lines = (work / RUN_STDERR).read_text(encoding="utf-8", errors="replace").splitlines()
             errors = [line.removeprefix("ERROR: ").strip() for line in lines if line.startswith("ERROR: ")]
-            return _scrub(" ".join(errors[-3:])[:1000], env)
+            return scrub(None, " ".join(errors[-3:])[:1000], env)
     except OSError:
         pass
     return ""

@@ -13,11 +13,11 @@ import socket
 import ssl
 import time
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from pytest_orbench.spec import PROVIDER_KEYS, ModelSpec, env_refs, import_object, provider_of
+from pytest_orbench.spec import PROVIDER_KEYS, LoadError, ModelSpec, env_refs, load_callable, provider_of
 
 # Statuses worth another attempt: rate limits, overload, server faults, gateway timeouts.
 RETRY_STATUSES = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
@@ -242,16 +242,18 @@ def _retry_after(exc: BaseException) -> float | None:
 _SECRET_NAME = re.compile(r"(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)(?:_|$)", re.IGNORECASE)
 
 
-def scrub(spec: ModelSpec | None, text: str) -> str:
+def scrub(spec: ModelSpec | None, text: str, env: Mapping[str, str] | None = None) -> str:
     """Error text without the endpoint's key, any value read from the environment for its calls (headers)
     or any environment value named like a secret: a gateway that echoes the key it was given must not
     put it in a report. With no spec (a `target:` function, a custom judge: the user's code, which may
-    put its own credentials in an exception), only the environment values named like secrets."""
+    put its own credentials in an exception; the Action's comment), only the values named like secrets
+    in `env` (default: this process's environment)."""
+    env = os.environ if env is None else env
     secrets: list[str | None] = []
     if spec is not None:
-        key = spec.api_key or (os.environ.get(spec.api_key_env) if spec.api_key_env else None)
-        secrets = [s for s in [key, *(os.environ.get(name) for name in env_refs(spec.call_kwargs))] if s and len(s) >= 4]
-    secrets += [v for name, v in os.environ.items() if len(v) >= 8 and _SECRET_NAME.search(name)]
+        key = spec.api_key or (env.get(spec.api_key_env) if spec.api_key_env else None)
+        secrets = [s for s in [key, *(env.get(name) for name in env_refs(spec.call_kwargs))] if s and len(s) >= 4]
+    secrets += [v for name, v in env.items() if len(v) >= 8 and _SECRET_NAME.search(name)]
     for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
         text = text.replace(secret, "***")
     return text
@@ -365,7 +367,6 @@ class CallableCaller:
             raise EndpointError(f"target returned {type(result).__name__}, expected str", retryable=False)
         return Reply(result or "", "stop")
 
-
     async def _call(self, prompt: str) -> Any:
         # SystemExit and KeyboardInterrupt raised by the user's code (an app that calls sys.exit on an error;
         # a signal reaches only pytest's main thread) become ordinary errors before they reach a task, which
@@ -403,26 +404,10 @@ def _is_async(function: Any) -> bool:
 
 
 def load_target(spec: str) -> Callable[..., Any]:
-    module_name, _, attr = spec.partition(":")
     try:
-        obj = import_object(module_name, attr)
-    except (ImportError, AttributeError) as exc:
-        raise EndpointError(f"cannot load target {spec!r}: {exc}", retryable=False, fatal=True) from None
-    except Exception as exc:  # the user's module raised while importing
-        raise EndpointError(f"cannot load target {spec!r}: importing {module_name} raised {type(exc).__name__}: {exc}",
-                            retryable=False, fatal=True) from None
-    if not callable(obj):
-        raise EndpointError(f"target {spec!r} is not callable (it is a {type(obj).__name__})", retryable=False, fatal=True)
-    try:
-        signature = inspect.signature(obj)
-    except (TypeError, ValueError):  # builtins without a signature: trust them
-        return obj  # type: ignore[no-any-return]
-    try:
-        signature.bind("prompt", None)
-    except TypeError:
-        raise EndpointError(f"target {spec!r} must accept (prompt, system_prompt); its signature is {module_name}."
-                            f"{attr}{signature}", retryable=False, fatal=True) from None
-    return obj  # type: ignore[no-any-return]
+        return load_callable(spec, "target", ("prompt", "system_prompt"))  # type: ignore[no-any-return]
+    except LoadError as exc:
+        raise EndpointError(str(exc), retryable=False, fatal=True) from exc
 
 
 def api_key_for(model: str, api_base: str | None, api_key_env: str | None, *, what: str = "model",

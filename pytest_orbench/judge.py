@@ -7,7 +7,6 @@ that call. The calls themselves are made elsewhere (judge_calls.py), concurrentl
 
 from __future__ import annotations
 
-import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from pytest_orbench.lexical import RefusalModel, load_model, read
-from pytest_orbench.spec import ModelSpec, import_object, public_kwargs
+from pytest_orbench.spec import LoadError, ModelSpec, load_callable, public_kwargs
 
 
 class Verdict(str, Enum):
@@ -317,21 +316,9 @@ class CustomJudge(_Offline):
         if not module_name or not attr:
             raise JudgeError(f"judge {spec!r} must be keyword, llm, hybrid, prefix or 'package.module:function'")
         try:
-            obj = import_object(module_name, attr)
-        except (ImportError, AttributeError) as exc:
-            raise JudgeError(f"cannot load judge {spec!r}: {exc}") from None
-        if not callable(obj):
-            raise JudgeError(f"judge {spec!r} is not callable")
-        try:
-            signature: inspect.Signature | None = inspect.signature(obj)
-        except (TypeError, ValueError):  # builtins without a signature: trust them
-            signature = None
-        try:
-            if signature is not None:
-                signature.bind("prompt", "reply")
-        except TypeError:  # one usage error, not an error per reply
-            raise JudgeError(f"judge {spec!r} must accept (prompt, reply); its signature is {module_name}.{attr}{signature}"
-                             ) from None
+            obj = load_callable(spec, "judge", ("prompt", "reply"))
+        except LoadError as exc:
+            raise JudgeError(str(exc)) from exc
         self.function: Callable[[str, str], Any] = obj
         self.id = f"custom:{spec}"
         # A judge whose rules change should say so: `my_judge.version = "2"` keeps baselines honest.

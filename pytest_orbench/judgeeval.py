@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_orbench.client import scrub
 from pytest_orbench.judge import CLASSES, Judge, Judgement, Verdict
 from pytest_orbench.stats import bootstrap_kappa_ci, cohen_kappa, paired_diff_ci, wilson
 
@@ -194,8 +195,6 @@ def judge_examples(judge: Judge, examples: list[Example], make_stage: Callable[[
                 assert decided is not None
                 results.append(decided)
             except Exception as exc:  # a custom judge that raised, or returned something that is no verdict
-                from pytest_orbench.client import scrub
-
                 results.append(scrub(None, f"judge failed: {type(exc).__name__}: {exc}"))
         return results
     assert make_stage is not None

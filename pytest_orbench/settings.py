@@ -21,7 +21,7 @@ import yaml
 from pytest_orbench.dataset import BUILTINS, DatasetError, DatasetSpec, parse_spec, spec_from_mapping
 from pytest_orbench.gate import GateConfig, GateConfigError, parse_gate
 from pytest_orbench.options import BY_KEY, MAX_TRIALS, OPTIONS, Option, parse_age
-from pytest_orbench.spec import ModelSpec, public_kwargs, secret_problem
+from pytest_orbench.spec import LoadError, ModelSpec, load_callable, public_kwargs, secret_problem
 
 if TYPE_CHECKING:
     from pytest_orbench.batch import BatchSettings
@@ -249,12 +249,10 @@ def _check_target(target: str, folders: list[Path]) -> None:
     """Import the target before any call (a usage error if it cannot be), with the rootdir and
     orbench.yaml's folder importable."""
     hint = _importable(folders)
-    from pytest_orbench.client import EndpointError, load_target
-
     try:
-        load_target(target)
-    except EndpointError as exc:
-        raise _fail(f"{exc}. The target's module must be importable: {hint}") from None
+        load_callable(target, "target", ("prompt", "system_prompt"))
+    except LoadError as exc:
+        raise _fail(f"{exc}. The target's module must be importable: {hint}" if not exc.imported else str(exc)) from None
 
 
 def _judge(values: dict[str, Any], folders: list[Path]) -> ModelSpec | None:
@@ -286,7 +284,8 @@ def _judge(values: dict[str, Any], folders: list[Path]) -> ModelSpec | None:
     try:
         make_judge(name, spec)
     except JudgeError as exc:
-        raise _fail(f"{exc}. The judge's module must be importable: {hint}" if hint else str(exc)) from None
+        failed_import = isinstance(exc.__cause__, LoadError) and not exc.__cause__.imported
+        raise _fail(f"{exc}. The judge's module must be importable: {hint}" if hint and failed_import else str(exc)) from None
     return spec
 
 

@@ -6,6 +6,7 @@ settings (secret names and values, `{env: VAR}` references) and URL redaction. T
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import re
 from collections.abc import Mapping
@@ -108,6 +109,39 @@ def import_object(module_name: str, attr: str) -> Any:
     obj: Any = importlib.import_module(module_name)
     for part in attr.split("."):
         obj = getattr(obj, part)
+    return obj
+
+
+class LoadError(ValueError):
+    """A user's function that cannot be used; `imported` tells a wrong object or signature from a failed import."""
+
+    def __init__(self, message: str, imported: bool) -> None:
+        super().__init__(message)
+        self.imported = imported
+
+
+def load_callable(spec: str, what: str, parameters: tuple[str, ...]) -> Any:
+    """The function 'package.module:function' names (a `target:`, a custom judge), imported and checked to
+    take `parameters` positionally: one usage error before any call instead of an error per prompt."""
+    module_name, _, attr = spec.partition(":")
+    try:
+        obj = import_object(module_name, attr)
+    except (ImportError, AttributeError) as exc:
+        raise LoadError(f"cannot load {what} {spec!r}: {exc}", imported=False) from None
+    except Exception as exc:  # the user's module raised while importing
+        raise LoadError(f"cannot load {what} {spec!r}: importing {module_name} raised {type(exc).__name__}: {exc}",
+                        imported=False) from None
+    if not callable(obj):
+        raise LoadError(f"{what} {spec!r} is not callable (it is a {type(obj).__name__})", imported=True)
+    try:
+        signature = inspect.signature(obj)
+    except (TypeError, ValueError):  # builtins without a signature: trust them
+        return obj
+    try:
+        signature.bind(*parameters)
+    except TypeError:
+        raise LoadError(f"{what} {spec!r} must accept ({', '.join(parameters)}); its signature is "
+                        f"{module_name}.{attr}{signature}", imported=True) from None
     return obj
 
 
