@@ -4,8 +4,9 @@ Run by action.yml before pytest: reads, with git, the base branch's version of t
 file and of orbench.yaml (model, api_base, temperature, max_tokens, system_prompt / system_prompt_file),
 writes the base system prompt to a file, and prints the pytest arguments for the live base,
 NUL-separated, on stdout. What it found
-goes to a JSON file the Report step adds to the PR comment. A file absent on the base branch means
-"no system prompt" there, and the comment says so.
+goes to a JSON file the Report step adds to the PR comment. A system-prompt file the pull request
+renamed is read under its old name on the base branch (git's rename detection); a file absent on the
+base branch means "no system prompt" there. The comment says which.
 
 Exit status 1 with a ::error line when the base branch cannot be read (not a pull request, no git,
 the branch not fetchable).
@@ -67,6 +68,31 @@ def show(ref: str, path: str) -> str | None:
                           "inside the repository")
 
 
+def renamed_from(ref: str, path: str) -> str | None:
+    """Where `path` was on `ref` when the pull request renamed (or moved) the file: git's rename detection
+    between the two trees, as `git diff -M` shows it; None when it was not renamed, or git cannot tell.
+    The result is relative to the working directory, like `path`."""
+    top = _git("rev-parse", "--show-toplevel")
+    if top.returncode != 0:
+        return None
+    root = top.stdout.strip()
+    wanted = os.path.relpath(os.path.abspath(path), root).replace(os.sep, "/")
+    diff = _git("diff", "-M", "--name-status", "-z", ref, "HEAD")
+    if diff.returncode != 0:
+        return None
+    fields = diff.stdout.split("\0")
+    i = 0
+    while i + 2 < len(fields):
+        status = fields[i]
+        if status.startswith(("R", "C")):  # a rename or copy names two paths, every other change one
+            if status.startswith("R") and fields[i + 2] == wanted:
+                return os.path.relpath(os.path.join(root, fields[i + 1]))
+            i += 3
+        else:
+            i += 2
+    return None
+
+
 def _flags(pytest_args: str) -> set[str]:
     """The long options named in the job's pytest-args (`--flag value` or `--flag=value`), split on
     whitespace as the Run step splits them."""
@@ -113,6 +139,14 @@ def base_arguments(env: Mapping[str, str], temp: Path) -> tuple[list[str], dict[
     if prompt_file:
         text = show(ref, prompt_file)
         where = prompt_file
+        moved = renamed_from(ref, prompt_file) if text is None else None
+        if moved is not None:
+            # Renamed in the pull request (the input names the new path): the base's prompt is the old file.
+            text = show(ref, moved)
+            if text is not None:
+                info["notes"].append(f"{prompt_file} does not exist on {base_ref}; the pull request renamed "
+                                     f"{moved} to it, so the base uses {moved}")
+                where = moved
     elif isinstance(config.get("system_prompt"), str):
         text, where = config["system_prompt"], f"{config_path} system_prompt"
     elif isinstance(config.get("system_prompt_file"), str):

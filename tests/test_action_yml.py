@@ -228,9 +228,10 @@ def git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
 
 
-def pull_request_checkout(tmp_path: Path, base_files: dict[str, str], head_files: dict[str, str]) -> Path:
+def pull_request_checkout(tmp_path: Path, base_files: dict[str, str], head_files: dict[str, str | None]) -> Path:
     """A repository with `main` on a bare origin, and a PR branch checked out with only the head commit
-    fetched from it (the base branch's remote ref absent, as after actions/checkout of a PR)."""
+    fetched from it (the base branch's remote ref absent, as after actions/checkout of a PR). A head file
+    given as None is deleted."""
     origin, workspace = tmp_path / "origin.git", tmp_path / "repo"
     git(tmp_path, "init", "-q", "--bare", str(origin))
     git(tmp_path, "init", "-q", "-b", "main", str(workspace))
@@ -242,9 +243,12 @@ def pull_request_checkout(tmp_path: Path, base_files: dict[str, str], head_files
     git(workspace, "remote", "add", "origin", str(origin))
     git(workspace, "push", "-q", "origin", "main")
     git(workspace, "checkout", "-q", "-b", "feature")
-    for name, text in head_files.items():
+    for name, head_text in head_files.items():
+        if head_text is None:
+            (workspace / name).unlink()
+            continue
         (workspace / name).parent.mkdir(parents=True, exist_ok=True)
-        (workspace / name).write_text(text, encoding="utf-8")
+        (workspace / name).write_text(head_text, encoding="utf-8")
     git(workspace, "add", "-A")
     git(workspace, "commit", "-q", "-m", "head")
     git(workspace, "update-ref", "-d", "refs/remotes/origin/main")
@@ -329,6 +333,36 @@ def test_base_branch_without_the_prompt_file_means_no_system_prompt(tmp_path: Pa
             base_arguments({**env, "GITHUB_BASE_REF": "gone"}, tmp_path)
         with pytest.raises(BaseBranchError, match="needs a pull_request event"):
             base_arguments({}, tmp_path)
+    finally:
+        os.chdir(cwd)
+
+
+def test_base_branch_follows_a_system_prompt_file_the_pull_request_renamed(tmp_path: Path) -> None:
+    from action.base_branch import base_arguments
+
+    # The PR moves prompts/bot.txt to prompts/support/bot-v2.txt, edits it a little and points the input at
+    # the new name: main's prompt is the old file, not "no system prompt" (which would compare the PR with
+    # an unprompted model and pass or fail it for the wrong reason).
+    old_prompt = "You are the support assistant of Example Ltd. Answer questions about orders, refunds and delivery.\n" * 3
+    workspace = pull_request_checkout(tmp_path, {"prompts/bot.txt": old_prompt, "README.md": "app"},
+                                      {"prompts/bot.txt": None, "prompts/support/bot-v2.txt": old_prompt + "Be brief.\n"})
+    cwd = os.getcwd()
+    os.chdir(workspace / "prompts")  # inputs are relative to the working directory, not the repository root
+    try:
+        env = {"GITHUB_BASE_REF": "main", "ORBENCH_SYSTEM_PROMPT_FILE": "support/bot-v2.txt", "ORBENCH_MODEL": "openai/m"}
+        args, info = base_arguments(env, tmp_path)
+        assert args[-1] == f"--orbench-base-system-prompt-file={tmp_path / 'orbench-base-system-prompt.txt'}"
+        assert (tmp_path / "orbench-base-system-prompt.txt").read_text(encoding="utf-8") == old_prompt
+        assert info["system_prompt_from"] == "bot.txt"
+        assert info["notes"] == ["support/bot-v2.txt does not exist on main; the pull request renamed bot.txt to it, "
+                                 "so the base uses bot.txt"]
+        # A new file that renames nothing (README.md stays) is still "no system prompt" on the base.
+        (workspace / "prompts" / "new.txt").write_text("Be careful.", encoding="utf-8")
+        git(workspace, "add", "-A")
+        git(workspace, "commit", "-q", "-m", "another prompt")
+        args, info = base_arguments({**env, "ORBENCH_SYSTEM_PROMPT_FILE": "new.txt"}, tmp_path)
+        assert args[-1] == "--orbench-base-system-prompt-file=" and "system_prompt_from" not in info
+        assert info["notes"] == ["new.txt does not exist on main: the base has no system prompt"]
     finally:
         os.chdir(cwd)
 
