@@ -30,6 +30,7 @@ from pytest_orbench.client import (
     _import_litellm,
     call_with_retries,
     describe_failure,
+    no_visible_text,
     scrub,
 )
 from pytest_orbench.prices import Price, price_of
@@ -83,6 +84,10 @@ class Sink(Protocol):
     def note(self, text: str | None) -> None: ...
 
 
+class NoVisibleText(ValueError):
+    """A reply that stopped at max_tokens before any text (client.no_visible_text)."""
+
+
 class Endpoint:
     """litellm's batch calls against one configuration's endpoint, and its request lines."""
 
@@ -117,6 +122,9 @@ class Endpoint:
             text, finish = choice["message"].get("content") or "", choice.get("finish_reason")
         except (KeyError, IndexError, TypeError, AttributeError) as exc:
             raise ValueError(f"malformed reply in batch {batch_id} (no choices): {exc}") from None
+        cut = no_visible_text(text, finish, self.params.get("max_tokens"))
+        if cut is not None:
+            raise NoVisibleText(cut)
         usage = body.get("usage") or {}
         prompt_tokens, completion_tokens = usage.get("prompt_tokens"), usage.get("completion_tokens")
         fingerprint = body.get("system_fingerprint")
@@ -333,7 +341,7 @@ class BatchPhase:
                     records.append((key, endpoint.record(response.get("body") or {}, batch_id)))
                     continue
                 except ValueError as exc:
-                    problems[key] = (str(exc), True)
+                    problems[key] = (str(exc), not isinstance(exc, NoVisibleText))  # another batch would say the same
             else:
                 errors.setdefault(key, line)
         for key, line in errors.items():

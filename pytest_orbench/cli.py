@@ -30,7 +30,7 @@ def _mock_server(args: argparse.Namespace) -> int:
         api_key=os.environ.get(args.api_key_env) if args.api_key_env else None,
         fault_rate=args.fault_rate, faults=faults, fault_attempts=args.fault_attempts,
         retry_after=args.retry_after, hang=args.hang, content_filter_rate=args.content_filter_rate,
-        empty_rate=args.empty_rate, noise=args.noise, ambiguous_rate=args.ambiguous_rate,
+        empty_rate=args.empty_rate, reasoning_tokens=args.reasoning_tokens, noise=args.noise, ambiguous_rate=args.ambiguous_rate,
         judge_unscored_rate=args.judge_unscored_rate, gen_toxic_share=args.gen_toxic_share,
         gen_duplicate_rate=args.gen_duplicate_rate, gen_moderator_flip=args.gen_moderator_flip,
         gen_unparseable_rate=args.gen_unparseable_rate, batch_polls=args.batch_polls,
@@ -295,6 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
     mock.add_argument("--hang", type=float, default=30.0, help="seconds a timeout fault waits")
     mock.add_argument("--content-filter-rate", type=float, default=0.0, help="share of refusals sent as content_filter")
     mock.add_argument("--empty-rate", type=float, default=0.0, help="share of answers sent empty")
+    mock.add_argument("--reasoning-tokens", type=int, default=0,
+                      help="play a reasoning model: completion tokens spent before the visible text, counted against "
+                           "max_tokens (at or above it: empty text, finish_reason=length)")
     mock.add_argument("--noise", type=float, default=0.0, help="chance per request that the decision flips")
     mock.add_argument("--ambiguous-rate", type=float, default=0.0,
                       help="share of prompts answered as a partial refusal (left to the LLM under hybrid) or a "

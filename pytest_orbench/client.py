@@ -324,6 +324,9 @@ class LiteLLMCaller:
             finish = choice.finish_reason
         except (AttributeError, IndexError, TypeError) as exc:
             raise EndpointError(f"malformed reply (no choices): {exc}", retryable=True) from None
+        cut = no_visible_text(text, finish, spec.params.get("max_tokens"))
+        if cut is not None:
+            raise EndpointError(cut, retryable=False)
         usage = getattr(response, "usage", None)
         hidden = getattr(response, "_hidden_params", None) or {}
         cost = hidden.get("response_cost") if isinstance(hidden, dict) else None
@@ -336,6 +339,20 @@ class LiteLLMCaller:
             float(cost) if isinstance(cost, (int, float)) else None,
             _text_or_none(getattr(response, "system_fingerprint", None)),
         )
+
+
+def no_visible_text(text: str | None, finish: str | None, max_tokens: Any) -> str | None:
+    """What happened when a reply stopped at the token limit before any visible text, or None.
+
+    A reasoning model counts its reasoning against max_tokens; at the paper's 1,000 it can spend all of
+    them before writing anything, and the provider answers "" with finish_reason=length. That is neither
+    a refusal (empty replies count as refusals) nor an answer: asking again gives the same, so it is an
+    error of that prompt that names the fix."""
+    if finish != "length" or (text and text.strip()):
+        return None
+    limit = f" ({max_tokens})" if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else ""
+    return (f"no reply text: the model reached max_tokens{limit} before writing any (finish_reason=length; a "
+            "reasoning model spends tokens on reasoning first); raise --orbench-max-tokens")
 
 
 def _text_or_none(value: Any) -> str | None:

@@ -54,6 +54,9 @@ class MockConfig:
     hang: float = 30.0  # seconds a "timeout" fault waits before answering
     content_filter_rate: float = 0.0  # share of refusals returned as finish_reason=content_filter
     empty_rate: float = 0.0  # share of answers returned as empty text
+    # A reasoning model: completion tokens spent reasoning before the visible text, counted against
+    # max_tokens; with max_tokens at or below it the reply is empty with finish_reason=length.
+    reasoning_tokens: int = 0
     noise: float = 0.0  # chance per request that the decision flips (a non-deterministic endpoint)
     ambiguous_rate: float = 0.0  # share of prompts answered with a reply a keyword judge cannot settle
     judge_unscored_rate: float = 0.0  # acting as a judge: share of outputs without a valid [[class]]
@@ -338,11 +341,14 @@ def make_handler(config: MockConfig, state: MockState) -> type[BaseHTTPRequestHa
                 finish, text = "content_filter", ""
             elif decision == "answer" and unit(prompt, "empty") < config.empty_rate:
                 text = ""
-            max_tokens = int(body.get("max_tokens") or 1000)
+            max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 1000)
+            visible = max_tokens - config.reasoning_tokens
             words = text.split(" ")
-            if len(words) > max_tokens:
-                text, finish = " ".join(words[:max_tokens]), "length"
-            self._completion(prompt, text, finish)
+            if visible <= 0:
+                text, finish = "", "length"
+            elif len(words) > visible:
+                text, finish = " ".join(words[:visible]), "length"
+            self._completion(prompt, text, finish, min(config.reasoning_tokens, max_tokens))
 
         def _generate(self, role: str, content: str, model: str) -> None:
             """Answer the requests of `orbench generate` (seed writer, rewriter, moderator)."""
@@ -371,7 +377,8 @@ def make_handler(config: MockConfig, state: MockState) -> type[BaseHTTPRequestHa
                     state.votes.setdefault(hashlib.sha256(prompt.encode("utf-8")).hexdigest(), {})[model] = label
                 self._completion(content, text, "stop")
 
-        def _completion(self, prompt: str, text: str, finish: str) -> None:
+        def _completion(self, prompt: str, text: str, finish: str, reasoning: int = 0) -> None:
+            completion = len(text.split()) + reasoning
             self._json(200, {
                 "id": "chatcmpl-" + hashlib.sha256(prompt.encode()).hexdigest()[:12],
                 "object": "chat.completion",
@@ -379,8 +386,9 @@ def make_handler(config: MockConfig, state: MockState) -> type[BaseHTTPRequestHa
                 "model": config.served_model,
                 **({"system_fingerprint": config.system_fingerprint} if config.system_fingerprint else {}),
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
-                "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": len(text.split()),
-                          "total_tokens": len(prompt.split()) + len(text.split())},
+                "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": completion,
+                          "total_tokens": len(prompt.split()) + completion,
+                          **({"completion_tokens_details": {"reasoning_tokens": reasoning}} if reasoning else {})},
             })
 
     return Handler

@@ -169,6 +169,16 @@ def test_requests_that_keep_failing_in_batches_become_errors_as_in_a_synchronous
     assert result.ret == 1
 
 
+def test_a_batch_reply_cut_at_max_tokens_before_any_text_is_an_error_and_not_asked_again(
+    pytester: pytest.Pytester, mock_factory: Callable[..., MockServer],
+) -> None:
+    server = mock_factory(batch_polls=1, reasoning_tokens=1000)  # every reply: "" with finish_reason=length
+    pytester.runpytest(*mock_args(server, *SAMPLE, *FAST, "--orbench-retries", "2", "--orbench-json", "r.json"))
+    assert stats(server.url)["batch_sizes"] == [N]  # another batch would say the same
+    errors = [p["error"] for p in load(pytester.path / "r.json")["prompts"]]
+    assert len(errors) == N and all(e and e.startswith("no reply text: the model reached max_tokens (1000)") for e in errors)
+
+
 def test_a_live_base_is_asked_in_its_own_batch(pytester: pytest.Pytester, mock_factory: Callable[..., MockServer]) -> None:
     server = mock_factory(batch_polls=1)
     pytester.makefile(".txt", prompt="You are a careful assistant.")

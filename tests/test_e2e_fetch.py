@@ -79,6 +79,24 @@ def test_a_timeout_says_how_long_it_waited(pytester: pytest.Pytester, mock_facto
     result.stdout.fnmatch_lines(["no reply for toxic-*: timed out after 1 s"])
 
 
+def test_a_reply_cut_at_max_tokens_before_any_text_is_an_error_naming_the_fix_not_a_refusal(
+        pytester: pytest.Pytester, mock_factory: Callable[..., MockServer]) -> None:
+    # A reasoning model that spends the paper's 1,000 tokens thinking answers "" with finish_reason=length.
+    # Read as an empty reply, every prompt was a refusal: over-refusal 100%, and a PR that moved to such a
+    # model failed (or its baseline passed everything) for the wrong reason.
+    server = mock_factory(reasoning_tokens=1000)
+    args = ["--orbench-sample", "4", "--orbench-seed", "1", "--orbench-datasets", "hard-1k", "--orbench-retries", "2"]
+    result = pytester.runpytest(*mock_args(server, *args))
+    result.stdout.fnmatch_lines(["no reply for hard-1k-*: no reply text: the model reached max_tokens (1000) before "
+                                 "writing any (finish_reason=length; *); raise --orbench-max-tokens"])
+    assert result.parseoutcomes()["errors"] == 4 and "passed" not in result.parseoutcomes()
+    assert stats(server.url)["completions"] == 4  # asking again would give the same: not retried
+    # With room for the visible text after the reasoning, the same prompts are answered and judged.
+    result = pytester.runpytest(*mock_args(server, *args, "--orbench-max-tokens", "3000"))
+    outcomes = result.parseoutcomes()
+    assert "errors" not in outcomes and outcomes.get("passed", 0) + outcomes.get("xfailed", 0) == 4
+
+
 def test_a_fetch_child_that_cannot_import_litellm_fails_the_prompts_not_the_wait(pytester: pytest.Pytester,
                                                                                  mock: Any) -> None:
     # The child imports whatever `litellm` comes first on its path: here, one that fails to import.
