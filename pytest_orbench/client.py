@@ -28,15 +28,18 @@ R = TypeVar("R")
 
 class EndpointError(Exception):
     """A failed attempt. `fatal` errors (bad key, unknown model) stop the whole run's calls;
-    `unreachable` ones (connection refused, DNS, TLS) stop them when nothing has got through yet."""
+    `unreachable` ones (connection refused, DNS, TLS) stop them when nothing has got through yet;
+    `unusable` ones (a reply with no text at max_tokens: the run's settings, not the prompt) stop them
+    when the first few replies all are, and none was usable."""
 
     def __init__(self, message: str, *, retryable: bool, retry_after: float | None = None, fatal: bool = False,
-                 unreachable: bool = False):
+                 unreachable: bool = False, unusable: bool = False):
         super().__init__(message)
         self.retryable = retryable
         self.retry_after = retry_after
         self.fatal = fatal
         self.unreachable = unreachable
+        self.unusable = unusable
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -326,7 +329,7 @@ class LiteLLMCaller:
             raise EndpointError(f"malformed reply (no choices): {exc}", retryable=True) from None
         cut = no_visible_text(text, finish, spec.params.get("max_tokens"))
         if cut is not None:
-            raise EndpointError(cut, retryable=False)
+            raise EndpointError(cut, retryable=False, unusable=True)
         usage = getattr(response, "usage", None)
         hidden = getattr(response, "_hidden_params", None) or {}
         cost = hidden.get("response_cost") if isinstance(hidden, dict) else None

@@ -27,6 +27,7 @@ BATCH_SECONDS = 0.05  # replies and outcomes are committed together at most this
 HEARTBEAT_SECONDS = 1.0  # the loop says it is alive (and how far it got) this often
 STALE_SECONDS = 30.0  # a fetcher silent for this long is taken for dead
 DRAIN = 60.0  # seconds a stop waits for requests already in flight (paid for: keep them)
+UNUSABLE_STOP = 5  # this many replies without text (max_tokens too low) before any usable one: stop calling
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ class FetchLoop:
         self._queue: asyncio.Queue[Job] = asyncio.Queue()
         self._fatal: str | None = None
         self._answered = 0  # replies that came back: after one, a refused connection is a blip, not a dead endpoint
+        self._unusable = 0  # replies with no text at max_tokens while none was usable (the run's settings)
         self._pending_records: list[tuple[str, dict[str, Any]]] = []
         self._pending_outcomes: list[tuple[str, Outcome]] = []
         self._done = 0
@@ -175,6 +177,10 @@ class FetchLoop:
             except EndpointError as exc:
                 if exc.fatal or (exc.unreachable and self._answered == 0):
                     self._fatal = self._fatal or f"{exc} (no prompt was answered, so no more calls are made)"
+                self._unusable += exc.unusable and self._answered == 0
+                if self._unusable >= UNUSABLE_STOP:
+                    self._fatal = self._fatal or (f"{exc} (so did the first {self._unusable} replies, and none "
+                                                  "had text, so no more calls are made)")
                 return Outcome(error=str(exc), fetched=True)
             self._answered += 1
             record = reply.record()

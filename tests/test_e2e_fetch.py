@@ -91,6 +91,12 @@ def test_a_reply_cut_at_max_tokens_before_any_text_is_an_error_naming_the_fix_no
                                  "writing any (finish_reason=length; *); raise --orbench-max-tokens"])
     assert result.parseoutcomes()["errors"] == 4 and "passed" not in result.parseoutcomes()
     assert stats(server.url)["completions"] == 4  # asking again would give the same: not retried
+    # A whole run of them is not paid for: after five such replies and none with text, the calls stop.
+    result = pytester.runpytest(*mock_args(server, "--orbench-sample", "20", "--orbench-seed", "2", "--orbench-datasets",
+                                           "toxic", "--orbench-concurrency", "2"))
+    result.stdout.fnmatch_lines(["no reply for toxic-*: not requested: no reply text: the model reached max_tokens (1000) "
+                                 "* (so did the first 5 replies, and none had text, so no more calls are made)"])
+    assert result.parseoutcomes()["errors"] == 20 and 4 + 5 <= stats(server.url)["completions"] <= 4 + 6
     # With room for the visible text after the reasoning, the same prompts are answered and judged.
     result = pytester.runpytest(*mock_args(server, *args, "--orbench-max-tokens", "3000"))
     outcomes = result.parseoutcomes()
