@@ -383,9 +383,13 @@ class CallableCaller:
                                 retryable=True) from None
         except Exception as exc:
             raise EndpointError(scrub(None, f"target raised {type(exc).__name__}: {exc}"), retryable=True) from None
-        if result is not None and not isinstance(result, str):
-            raise EndpointError(f"target returned {type(result).__name__}, expected str", retryable=False)
-        return Reply(result or "", "stop")
+        if result is None:
+            # Most often a function that forgot its `return`: read as an empty reply, every prompt was a refusal.
+            raise EndpointError('target returned None, expected str (return "" for an empty reply)', retryable=False,
+                                unusable=True)
+        if not isinstance(result, str):
+            raise EndpointError(f"target returned {type(result).__name__}, expected str", retryable=False, unusable=True)
+        return Reply(result, "stop")
 
     async def _call(self, prompt: str) -> Any:
         # SystemExit and KeyboardInterrupt raised by the user's code (an app that calls sys.exit on an error;

@@ -73,6 +73,23 @@ def test_readme_target_example_works_as_written(pytester: pytest.Pytester) -> No
     result.assert_outcomes(passed=10)
 
 
+def test_a_target_that_returns_none_is_an_error_not_a_refusal_and_stops_the_calls(pytester: pytest.Pytester) -> None:
+    # A function that forgot its `return`: read as empty replies, every prompt was a refusal (over-refusal 100%).
+    pytester.makepyfile(app="from pathlib import Path\n\n"
+                            "def answer(prompt, system_prompt):\n"
+                            "    with Path('calls.txt').open('a') as log:\n"
+                            "        log.write('x')\n"
+                            "    reply = 'Here is how: 1. Measure. 2. Mix.'\n")
+    pytester.makefile(".yaml", orbench="target: app:answer\ndatasets: xstest-safe\nsample: 30\nconcurrency: 1\n")
+    result = pytester.runpytest("--orbench", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(['no reply for xstest-safe-*: target returned None, expected str (return "" for an empty '
+                                 "reply)",
+                                 "no reply for xstest-safe-*: not requested: target returned None*(so did the first 5 "
+                                 "replies, and none had text, so no more calls are made)"])
+    assert result.parseoutcomes()["errors"] == 30 and "passed" not in result.parseoutcomes()
+    assert (pytester.path / "calls.txt").read_text() == "x" * 5
+
+
 @pytest.mark.parametrize(("module", "target", "message"), [
     ("", "missing.chat:answer", "*cannot load target 'missing.chat:answer': No module named 'missing'*on sys.path*"),
     ("def other(prompt, system_prompt):\n    return ''\n", "app:answer", "*cannot load target 'app:answer'*answer*"),
