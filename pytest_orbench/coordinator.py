@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pytest_orbench.client import no_visible_text
 from pytest_orbench.fetcher import DRAIN, FetchLoop, Job, Outcome, ThreadFetcher, Waiter
 from pytest_orbench.judge import Judge
 from pytest_orbench.judge_calls import judge_key
@@ -54,7 +55,10 @@ class Plan:
 def make_plan(store: Store, judge: Judge, requests: list[Request], max_age: float | None, offline: bool = False) -> Plan:
     plan = Plan()
     keys = list(dict.fromkeys(r.key for r in requests))
-    plan.stored = store.get_many(keys, max_age)
+    # A stored reply cut at max_tokens before any text (kept by a version that judged it "empty") is asked
+    # again, so that it becomes the error it is, not a refusal.
+    plan.stored = {k: r for k, r in store.get_many(keys, max_age).items()
+                   if no_visible_text(r.get("text"), r.get("finish_reason"), None) is None}
     if max_age is not None:
         plan.stale = store.count_stale([k for k in keys if k not in plan.stored], max_age)
     seen: set[str] = set()

@@ -157,6 +157,19 @@ def run_loop(store: Store, caller: object, jobs: list[Job], **kwargs: object) ->
     asyncio.run(loop.run(jobs))
 
 
+def test_a_stored_reply_cut_at_max_tokens_before_any_text_is_asked_again(tmp_path: Path) -> None:
+    from pytest_orbench.coordinator import Request, make_plan
+    from pytest_orbench.judge import make_judge
+
+    # Stored by a version that judged it "empty" (a refusal); asked again, it becomes the error it is.
+    store = Store(tmp_path)
+    store.put("cut", Reply("", "length").record())
+    store.put("short", Reply("Step 1: mix", "length").record())  # cut, but with text: judged on it
+    store.put("silent", Reply("", "stop").record())  # an empty reply: a refusal, as before
+    plan = make_plan(store, make_judge("keyword"), [Request("cut", "p"), Request("short", "p"), Request("silent", "p")], None)
+    assert [r.key for r in plan.misses] == ["cut"] and set(plan.stored) == {"short", "silent"}
+
+
 def test_fetch_loop_bounds_concurrency_and_commits_each_reply_and_outcome(tmp_path: Path) -> None:
     caller = SlowCaller()
     store = Store(tmp_path)
