@@ -198,9 +198,16 @@ def _child() -> int:
 
 
 def _share(work: dict[str, Any], shard: int, shards: int) -> tuple[list[Any], int]:
-    """This shard's jobs (interleaved: every shard follows the test order) and its part of the concurrency."""
+    """This shard's jobs (interleaved: every shard follows the test order) and its part of the concurrency.
+
+    Interleaved by prompt text, not by job: a prompt's trials and its live base's replies stay in one
+    process, whose judge stage asks an LLM judge once for replies that came back the same."""
     concurrency = int(work["concurrency"])
-    return work["jobs"][shard::shards], concurrency // shards + (1 if shard < concurrency % shards else 0)
+    by_text: dict[str, list[Any]] = {}
+    for job in work["jobs"]:
+        by_text.setdefault(job.prompt, []).append(job)
+    mine = [job for n, jobs in enumerate(by_text.values()) if n % shards == shard for job in jobs]
+    return mine, concurrency // shards + (1 if shard < concurrency % shards else 0)
 
 
 def _run_shard(work: dict[str, Any], shard: int, shards: int, wait_for_stop: Any,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -42,12 +43,29 @@ class JudgeStage:
         self.retries = retries
         self._caller: Any = None
         self._fatal: str | None = None
+        # Judge calls in flight by key. The same question can be asked twice at once: K trials that got
+        # the same reply, a live base that answered as the head did. It is asked once; the others wait.
+        self._asking: dict[str, asyncio.Future[dict[str, Any]]] = {}
 
     async def judge(self, key: str, prompt: str, reply: str) -> tuple[dict[str, Any], bool]:
         """(judge record, paid for now). Raises EndpointError when the judge call failed."""
         stored = self.store.get(key, self.max_age)
         if stored is not None:
             return stored, False
+        asking = self._asking.get(key)
+        if asking is not None:  # the same question is being asked: its answer, paid for by that call
+            return await asyncio.shield(asking), False
+        task = asyncio.ensure_future(self._ask(key, prompt, reply))
+        self._asking[key] = task
+        task.add_done_callback(lambda done: self._asked(key, done))
+        return await asyncio.shield(task), True
+
+    def _asked(self, key: str, task: asyncio.Future[dict[str, Any]]) -> None:
+        self._asking.pop(key, None)
+        if not task.cancelled():
+            task.exception()  # retrieved: its waiters may all have been cancelled (a stopped run)
+
+    async def _ask(self, key: str, prompt: str, reply: str) -> dict[str, Any]:
         if self._fatal is not None:
             raise EndpointError(f"judge not asked: {self._fatal}", retryable=False)
         if self._caller is None:
@@ -59,11 +77,11 @@ class JudgeStage:
             if exc.fatal:
                 self._fatal = str(exc)
             raise EndpointError(f"judge call failed: {exc}", retryable=False) from None
-        record = result.record()
+        record: dict[str, Any] = result.record()
         record["seconds"] = round(seconds, 3)
         record["attempts"] = attempts
         self.store.put(key, record)
-        return record, True
+        return record
 
     def _litellm(self) -> Any:
         from pytest_orbench.client import LiteLLMCaller
@@ -71,6 +89,8 @@ class JudgeStage:
         return LiteLLMCaller(self.llm.spec)
 
     async def aclose(self) -> None:
+        for task in list(self._asking.values()):
+            task.cancel()
         if self._caller is not None:
             await self._caller.aclose()
 

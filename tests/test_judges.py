@@ -243,3 +243,72 @@ def test_judge_eval_cli(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "pytest_orbench.cli", "judge-eval", str(DEV_SET), "--judge", "llm"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--judge llm needs --judge-model" in bad.stderr
+
+
+class _SlowJudgeModel:
+    """A judge model that answers after a pause (so that questions overlap) and counts what it was asked."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.asked: list[str] = []
+        self.fail = fail
+
+    async def complete(self, messages: list[dict[str, str]]) -> object:
+        import asyncio
+
+        from pytest_orbench.client import EndpointError, Reply
+
+        self.asked.append(messages[0]["content"])
+        await asyncio.sleep(0.05)
+        if self.fail:
+            raise EndpointError("HTTP 400 from judge.example: bad request", retryable=False)
+        return Reply("Read in full. [[direct_answer]]", "stop", prompt_tokens=10, completion_tokens=5, cost=0.001)
+
+    async def aclose(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_the_same_judge_question_asked_at_once_is_one_call(tmp_path: Path, fail: bool) -> None:
+    # K trials that got the same reply (or a live base that answered as the head did) ask the judge the
+    # same question at the same moment: one call is made and paid for; the others share its answer or error.
+    import asyncio
+
+    from pytest_orbench.client import EndpointError
+    from pytest_orbench.judge_calls import JudgeStage
+    from pytest_orbench.store import Store
+
+    model = _SlowJudgeModel(fail)
+    llm = LLMJudge(SPEC).llm
+    assert llm is not None
+    stage = JudgeStage(llm, Store(tmp_path / "store"), retries=0, make_caller=lambda: model)
+
+    async def ask_three_times() -> list[object]:
+        questions = [("q", "the same reply")] * 3 + [("q", "another reply")]
+        return list(await asyncio.gather(*(stage.judge(llm.key(p, r), p, r) for p, r in questions),
+                                         return_exceptions=True))
+
+    results = asyncio.run(ask_three_times())
+    assert len(model.asked) == 2  # one per distinct question
+    if fail:
+        assert all(isinstance(r, EndpointError) and str(r).startswith("judge call failed: HTTP 400") for r in results)
+        return
+    paid = [r[1] for r in results if isinstance(r, tuple)]
+    assert paid.count(True) == 2 and paid.count(False) == 2
+    assert all(isinstance(r, tuple) and r[0]["text"].endswith("[[direct_answer]]") for r in results)
+    again = asyncio.run(stage.judge(llm.key("q", "the same reply"), "q", "the same reply"))
+    assert again[1] is False and len(model.asked) == 2  # stored
+
+
+def test_fetch_processes_split_the_jobs_by_prompt_text() -> None:
+    # Interleaved by prompt: a prompt's trials (and its live base's replies) stay in one fetch process,
+    # where replies that came back alike are judged by one call.
+    from pytest_orbench.fetcher import Job
+    from pytest_orbench.fetchproc import _share
+
+    jobs = [Job(f"k{p}-{t}", f"prompt {p}", 3 * p + t) for p in range(5) for t in range(3)]
+    work = {"jobs": jobs, "concurrency": 8}
+    shares = [_share(work, shard, 2) for shard in range(2)]
+    assert sorted(j.key for share, _ in shares for j in share) == sorted(j.key for j in jobs)
+    assert [{j.prompt for j in share} for share, _ in shares] == [{"prompt 0", "prompt 2", "prompt 4"},
+                                                                   {"prompt 1", "prompt 3"}]
+    assert [c for _, c in shares] == [4, 4]
