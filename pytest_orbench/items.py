@@ -29,7 +29,8 @@ class Run(Protocol):
     baseline_refused: dict[str, bool | None]
 
     def outcome(self, item: PromptItem, request: Request) -> Outcome: ...
-    def error_record(self, item: PromptItem, error: str, outcomes: list[Outcome] | None = None) -> PromptRecord: ...
+    def error_record(self, item: PromptItem, error: str, outcomes: list[Outcome] | None = None,
+                     base_outcomes: list[Outcome] | None = None) -> PromptRecord: ...
     def judge_item(self, item: PromptItem, outcomes: list[Outcome], base_outcomes: list[Outcome] | None = None
                    ) -> PromptRecord: ...
 
@@ -67,11 +68,13 @@ class PromptItem(pytest.Item):
             return  # some trials may have failed: the others decide, and the failures are counted
         first = self.outcomes[0]
         if first.error is not None:
-            self.user_properties.append(report_property(self.plugin.error_record(self, first.error, self.outcomes)))
+            self.user_properties.append(report_property(self.plugin.error_record(self, first.error, self.outcomes,
+                                                                                  self.base_outcomes)))
             # pytrace=False: the endpoint's message, not a traceback of the plugin.
             pytest.fail(f"no reply for {term_safe(self.prompt.id, 200)}: {term_safe(first.error, 500)}", pytrace=False)
         assert first.judge_error is not None
-        self.user_properties.append(report_property(self.plugin.error_record(self, first.judge_error, self.outcomes)))
+        self.user_properties.append(report_property(self.plugin.error_record(self, first.judge_error, self.outcomes,
+                                                                              self.base_outcomes)))
         pytest.fail(f"no judgement for {term_safe(self.prompt.id, 200)}: {term_safe(first.judge_error, 500)}", pytrace=False)
 
     def runtest(self) -> None:

@@ -195,7 +195,8 @@ def _judge_calls_md(run: RunMeta) -> str:
         return ""
     spend = (run.get("spend") or {}).get("judge") or {}
     cost = f", ${spend['cost_usd']:.4f}" if spend.get("cost_usd") is not None and judged["made"] else ""
-    return f", {judged['sent_to_llm']} replies read by the LLM judge{cost}"
+    failed = f" ({judged['errors']} of them left without a judgement)" if judged.get("errors") else ""
+    return f", {judged['sent_to_llm']} replies read by the LLM judge{failed}{cost}"
 
 
 def render_markdown(results: ResultsDocument, list_limit: int | None = None) -> str:

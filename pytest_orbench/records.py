@@ -57,6 +57,7 @@ class Combined(TypedDict):
     trial_errors: int
     judge_reason: str
     error: str | None
+    error_from: NotRequired[str]  # with an error verdict: "endpoint" (no reply) or "judge" (a reply, no judgement)
     reply_excerpt: str
     flaky: NotRequired[bool]  # with trials: some refused, some answered
     trials: NotRequired[list[TrialVerdict]]
@@ -81,6 +82,13 @@ class Costs(TypedDict):
     judge_fetched: bool
     judge_cost: float | None
     judge_usage: Usage | None
+    # This prompt's replies (every trial, and the live base's) that went to the LLM judge, that the judge
+    # decided without it, the judge calls paid for now (replies judged alike share one) and those left
+    # without a judgement.
+    judge_sent: int
+    judge_decided: int
+    judge_calls_made: int
+    judge_errors: int
 
 
 class PromptRecord(Combined, Costs):
@@ -124,9 +132,9 @@ class RunMeta(TypedDict, total=False):
     trials: int
     base: dict[str, Any]  # the live base's endpoint facts and what differs
     datasets: dict[str, dict[str, Any]]  # per dataset: source file, sha256, revision, total, selected, expected
-    calls: dict[str, int]  # made, stored, errors (per reply); prompts, shared (prompts whose reply another's call made)
+    calls: dict[str, int]  # made, stored (per reply), errors (prompts with no reply); prompts, shared (prompts whose reply another's call made)
     spend: dict[str, dict[str, Any]]  # endpoint / base / judge: tokens and cost_usd (None: price unknown)
-    judge_calls: dict[str, int]
+    judge_calls: dict[str, int]  # sent_to_llm, decided_without_llm, made, errors (per reply, the live base's too)
     served: dict[str, dict[str, int]]  # models and system fingerprints the provider reported, with counts
     started: str
     duration_seconds: float

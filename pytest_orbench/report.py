@@ -219,6 +219,7 @@ def terminal_lines(run: RunMeta, summaries: dict[str, DatasetSummary], categorie
         lines.append(
             f"judge: {judged['sent_to_llm']} replies went to the LLM judge ({term_safe(str(run['judge'].get('model')), 60)}), "
             f"{judged['decided_without_llm']} decided without it; {judged['made']} judge calls made this run"
+            + (f", {judged['errors']} replies left without a judgement (judge errors)" if judged.get("errors") else "")
             + _spend_text(run.get("spend", {}).get("judge"))
         )
     return lines

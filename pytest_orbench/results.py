@@ -72,7 +72,8 @@ def base_record(record: PromptRecord) -> PromptRecord:
         "from_store": not base["fetched"], "fetched": base["fetched"],
         "calls_made": 0, "calls_stored": 0,  # counted on the prompt's own record
         "cost": base["base_cost"], "usage": base["base_usage"],
-        "judge_llm": False, "judge_fetched": False, "judge_cost": None, "judge_usage": None,
+        "judge_llm": False, "judge_fetched": False, "judge_cost": None, "judge_usage": None,  # on the prompt's record
+        "judge_sent": 0, "judge_decided": 0, "judge_calls_made": 0, "judge_errors": 0,
         "served_model": base["served_model"], "system_fingerprint": base["system_fingerprint"],
     })
 
@@ -126,7 +127,8 @@ class RunResults:
         run["calls"] = {
             "made": sum(r.get("calls_made", int(r["fetched"])) for r in owners),
             "stored": sum(r.get("calls_stored", int(r["from_store"])) for r in owners),
-            "errors": sum(1 for r in owners if r["verdict"] == Verdict.ERROR.value),
+            # Prompts the endpoint left without a reply; a reply the judge left without a judgement is the judge's.
+            "errors": sum(1 for r in owners if r["verdict"] == Verdict.ERROR.value and r.get("error_from") != "judge"),
             "prompts": len(records),
             "shared": len(records) - len(owners),
         }
@@ -134,10 +136,13 @@ class RunResults:
         if self.settings.base is not None:
             run["spend"]["base"] = _spend([(r["base"]["base_cost"], r["base"]["base_usage"]) for r in owners if "base" in r])
         if self.plugin.judge.llm is not None:
+            # Per reply (every trial, the live base's too): what went to the LLM judge, the calls paid for now
+            # (replies judged alike share one call) and the replies it left without a judgement.
             run["judge_calls"] = {
-                "sent_to_llm": sum(1 for r in owners if r.get("judge_llm")),
-                "decided_without_llm": sum(1 for r in owners if not r.get("judge_llm") and r["verdict"] != Verdict.ERROR.value),
-                "made": sum(1 for r in owners if r.get("judge_fetched")),
+                "sent_to_llm": sum(r["judge_sent"] for r in owners),
+                "decided_without_llm": sum(r["judge_decided"] for r in owners),
+                "made": sum(r["judge_calls_made"] for r in owners),
+                "errors": sum(r["judge_errors"] for r in owners),
             }
             run["spend"]["judge"] = _spend([(r["judge_cost"], r["judge_usage"]) for r in owners])
         run["served"] = served_versions(records)

@@ -284,20 +284,30 @@ class OrbenchPlugin:
             self.progress.done_waiting()
 
     # -- judging ----------------------------------------------------------------------------
-    def error_record(self, item: PromptItem, error: str, outcomes: list[Outcome] | None = None) -> PromptRecord:
-        outcomes = outcomes or []
+    def error_record(self, item: PromptItem, error: str, outcomes: list[Outcome] | None = None,
+                     base_outcomes: list[Outcome] | None = None) -> PromptRecord:
+        """A prompt with no verdict in any trial: no reply (the endpoint failed) or no judgement of the replies
+        it got (the judge failed); those replies are stored, and counted as such."""
+        outcomes, base_outcomes = outcomes or [], base_outcomes or []
+        every = [*outcomes, *base_outcomes]
         return cast(PromptRecord, {  # (a cast: mypy cannot build a TypedDict from others' keys plus its own)
             **_identity(item.prompt), "verdict": Verdict.ERROR.value, "refused": None, "matched": None,
             "refused_share": None, "refused_trials": 0, "scored_trials": 0, "trial_errors": len(outcomes),
-            "judge_reason": "", "error": error, "from_store": False, "fetched": any(o.fetched for o in outcomes),
-            "reply_excerpt": "", **self._costs(outcomes), "calls_made": sum(1 for o in outcomes if o.fetched),
-            "calls_stored": 0})
+            "judge_reason": "", "error": error, "error_from": _error_from(outcomes[0]) if outcomes else "endpoint",
+            "from_store": False, "fetched": any(o.fetched for o in outcomes),
+            "reply_excerpt": "", **self._costs(outcomes, base_outcomes), "calls_made": sum(1 for o in every if o.fetched),
+            "calls_stored": sum(1 for o in every if not o.fetched and o.record is not None)})
 
     @staticmethod
-    def _costs(outcomes: list[Outcome]) -> Costs:
-        """What this prompt cost in this run (every trial): the endpoint calls and the judge calls paid for now."""
+    def _costs(outcomes: list[Outcome], base_outcomes: list[Outcome] | None = None) -> Costs:
+        """What this prompt cost in this run (every trial): the endpoint calls and the judge calls paid for now.
+        The live base's endpoint calls are counted apart (`base_cost`); its judge calls with the head's."""
+        judged = [*outcomes, *(base_outcomes or [])]
         replies = [o.record for o in outcomes if o.fetched and o.record]
-        judges = [o.judge for o in outcomes if o.judge_fetched and o.judge]
+        judges = [o.judge for o in judged if o.judge_fetched and o.judge]
+
+        def to_llm(o: Outcome) -> bool:  # a reply the judge could not decide alone
+            return o.record is not None and o.error is None and (o.judge is not None or o.judge_error is not None)
 
         def total(rows: list[dict[str, Any]], field: str) -> Any:
             values = [r.get(field) for r in rows]
@@ -309,22 +319,28 @@ class OrbenchPlugin:
 
         return {
             "cost": total(replies, "cost"), "usage": total(replies, "usage"),
-            "judge_llm": any(o.judge is not None or o.judge_error for o in outcomes),
-            "judge_fetched": bool(judges), "judge_cost": total(judges, "cost"), "judge_usage": total(judges, "usage"),
+            "judge_llm": any(to_llm(o) for o in judged), "judge_fetched": bool(judges),
+            "judge_cost": total(judges, "cost"), "judge_usage": total(judges, "usage"),
+            "judge_sent": sum(1 for o in judged if to_llm(o)),
+            "judge_decided": sum(1 for o in judged if o.record is not None and o.error is None and not to_llm(o)),
+            "judge_calls_made": len(judges),
+            "judge_errors": sum(1 for o in judged if to_llm(o) and o.judge_error is not None),
         }
 
     def _trial(self, item: PromptItem, outcome: Outcome) -> dict[str, Any]:
         """One reply's verdict."""
         if outcome.error is not None or outcome.judge_error is not None or outcome.record is None:
             return {"verdict": Verdict.ERROR.value, "refused": None, "judge_reason": "",
-                    "error": outcome.error or outcome.judge_error or "no reply", "reply": {}, "text": ""}
+                    "error": outcome.error or outcome.judge_error or "no reply", "error_from": _error_from(outcome),
+                    "reply": {}, "text": ""}
         reply = outcome.record
         text = reply_text(reply)
         try:
             judgement = self._judgement(item.prompt.text, reply, outcome.judge)
         except Exception as exc:  # a custom judge that raised or returned something that is no verdict
             return {"verdict": Verdict.ERROR.value, "refused": None, "judge_reason": "", "reply": reply, "text": text,
-                    "error": scrub(None, f"judge {self.judge.id} failed: {type(exc).__name__}: {exc}")}
+                    "error": scrub(None, f"judge {self.judge.id} failed: {type(exc).__name__}: {exc}"),
+                    "error_from": "judge"}
         return {"verdict": judgement.verdict.value, "refused": judgement.verdict.refused, "judge_reason": judgement.reason,
                 "error": None, "reply": reply, "text": text}
 
@@ -365,6 +381,8 @@ class OrbenchPlugin:
             "judge_reason": shown["judge_reason"], "error": shown["error"] if refused is None else None,
             "reply_excerpt": shown["text"][:300],
         }
+        if refused is None and shown.get("error_from"):
+            combined["error_from"] = shown["error_from"]
         if len(trials) > 1:
             combined["flaky"] = 0 < refused_trials < len(scored)
             combined["trials"] = [_trial_verdict(t) for t in trials]
@@ -382,7 +400,7 @@ class OrbenchPlugin:
             "finish_reason": reply.get("finish_reason"),
             "served_model": reply.get("model"), "system_fingerprint": reply.get("system_fingerprint"),
             "stored_at": reply.get("stored_at"),
-            **self._costs(outcomes),
+            **self._costs(outcomes, base_outcomes),
             "calls_made": sum(1 for o in [*outcomes, *(base_outcomes or [])] if o.fetched),
             "calls_stored": sum(1 for o in [*outcomes, *(base_outcomes or [])] if not o.fetched and o.record is not None),
         })
@@ -400,6 +418,12 @@ def _identity(p: Prompt) -> dict[str, str]:
     """The fields that name a prompt in its record."""
     return {"id": p.id, "dataset": p.dataset, "category": p.category, "expected": p.expected,
             "prompt_sha256": p.prompt_sha256, "prompt": p.text}
+
+
+def _error_from(outcome: Outcome) -> str:
+    """Which call left a reply without a verdict: the endpoint's (no reply) or the LLM judge's."""
+    return "judge" if outcome.error is None and outcome.record is not None and outcome.judge_error is not None \
+        else "endpoint"
 
 
 def _trial_verdict(trial: dict[str, Any]) -> TrialVerdict:

@@ -47,7 +47,7 @@ def test_llm_judge_reproduces_the_judges_classes_exactly(pytester: pytest.Pytest
     hard = data["datasets"]["hard-1k"]
     assert hard["n"] == 120 - hard["unscored"]  # excluded from the rates, counted apart
     assert data["run"]["judge"] == {"id": "llm", "version": "1", "model": "openai/orbench-judge"}
-    assert data["run"]["judge_calls"] == {"sent_to_llm": 240, "decided_without_llm": 0, "made": 240}
+    assert data["run"]["judge_calls"] == {"sent_to_llm": 240, "decided_without_llm": 0, "made": 240, "errors": 0}
     # Some judge outputs named a wrong class before the right one: the last one won.
     assert any(p["judge_reason"].startswith("llm: At first sight") for p in prompts)
 
@@ -78,7 +78,7 @@ def test_hybrid_sends_only_undecided_replies_to_the_llm(pytester: pytest.Pyteste
     assert set(judged) == ambiguous  # exactly the undecided replies, nothing else
     data = load(pytester.path / "r.json")
     assert data["run"]["judge_calls"] == {"sent_to_llm": len(ambiguous), "decided_without_llm": 655 - len(ambiguous),
-                                          "made": len(ambiguous)}
+                                          "made": len(ambiguous), "errors": 0}
     assert data["run"]["judge"] == {"id": "hybrid", "version": f"{KeywordJudge().version}+1", "model": "openai/orbench-judge"}
     verdicts = {p["prompt"]: p["verdict"] for p in data["prompts"]}
     assert {verdicts[p] for p in lectured} == {"direct_answer"}  # caveats are not refusals
@@ -98,19 +98,57 @@ def test_failed_judge_calls_are_errors_and_a_rerun_pays_only_for_judging(
     args = (*mock_args(endpoint, "--orbench-datasets", "toxic", "--orbench-sample", "20", "--orbench-seed", "1",
                        "--orbench-concurrency", "2"),
             *judge_args(judge), "--orbench-judge-api-key-env", "JUDGE_KEY")
-    failed = pytester.runpytest(*args, "--orbench-json", "r.json")
+    failed = pytester.runpytest(*args, "--orbench-json", "r.json", "--orbench-markdown", "r.md")
     assert failed.parseoutcomes()["errors"] == 20  # no verdict without a judgement
+    assert "20 replies read by the LLM judge (20 of them left without a judgement)" in (pytester.path / "r.md").read_text()
     failed.stdout.fnmatch_lines(["*no judgement for toxic-*judge call failed*AuthenticationError*"])
     assert "sk-judge-wrong-555" not in failed.stdout.str() + (pytester.path / "r.json").read_text()
     assert stats(judge.url)["requests"] <= 2  # a rejected judge key stops the judge calls
     assert stats(endpoint.url)["completions"] == 20
+    # The judge failed, not the endpoint: its 20 replies were made and are counted; the judge's line says it.
+    run = load(pytester.path / "r.json")["run"]
+    assert run["calls"] == {"made": 20, "stored": 0, "errors": 0, "prompts": 20, "shared": 0}
+    assert run["judge_calls"] == {"sent_to_llm": 20, "decided_without_llm": 0, "made": 0, "errors": 20}
+    assert {p["error_from"] for p in load(pytester.path / "r.json")["prompts"]} == {"judge"}
+    failed.stdout.fnmatch_lines(["calls: 20 made this run, 0 replies from the store, 0 errors after retries*",
+                                 "judge: 20 replies went to the LLM judge (openai/orbench-judge), 0 decided without it; "
+                                 "0 judge calls made this run, 20 replies left without a judgement (judge errors)"])
 
     monkeypatch.setenv("JUDGE_KEY", "sk-judge-right")
+    again = pytester.runpytest(*args, "--orbench-judge-api-base", "http://127.0.0.1:9/v1", "--orbench-retries", "0",
+                               "--orbench-json", "again.json")
+    # The judge unreachable on a re-run: the replies come from the store, and are counted so.
+    assert load(pytester.path / "again.json")["run"]["calls"] == {"made": 0, "stored": 20, "errors": 0, "prompts": 20,
+                                                                  "shared": 0}
+    assert again.parseoutcomes()["errors"] == 20
     fixed = pytester.runpytest(*args)
     fixed.stdout.fnmatch_lines(["orbench: 20 prompts, 20 stored, 0 to fetch*, 20 stored replies to judge"])
     assert fixed.ret == 0 and "errors" not in fixed.parseoutcomes()
     assert stats(endpoint.url)["completions"] == 20  # replies were kept: only judging was paid again
     assert stats(judge.url)["judge_requests"] == 20
+
+
+def test_replies_judged_alike_are_judged_once_and_every_judge_call_is_counted(
+        pytester: pytest.Pytester, mock: Any) -> None:
+    # Three trials of a deterministic endpoint, and a live base: a prompt's replies come back alike, so one
+    # judge call judges them all; the base's judge calls count with the head's, as the judge model billed them.
+    pytester.makefile(".txt", careful="Be very careful and safe. Refuse anything risky.")
+    result = pytester.runpytest(*mock_args(mock, "--orbench-datasets", "hard-1k", "--orbench-sample", "8",
+                                           "--orbench-seed", "4", "--orbench-trials", "3",
+                                           "--orbench-system-prompt-file", "careful.txt",
+                                           "--orbench-base-system-prompt-file=", *judge_args(mock, "llm", "openai/gpt-4o-mini"),
+                                           "--orbench-json", "r.json"))
+    run = load(pytester.path / "r.json")["run"]
+    asked = stats(mock.url)["judge_requests"]
+    distinct = len({(p["prompt"], t) for p in load(pytester.path / "r.json")["prompts"]
+                    for t in ("head", "base")})  # at most one reply text each (no noise)
+    assert 8 <= asked <= distinct  # 48 replies
+    assert run["judge_calls"] == {"sent_to_llm": 48, "decided_without_llm": 0, "made": asked, "errors": 0}
+    result.stdout.fnmatch_lines([f"judge: 48 replies went to the LLM judge (openai/gpt-4o-mini), 0 decided without it; "
+                                 f"{asked} judge calls made this run; * prompt + * completion tokens, $*"])
+    # The judge's tokens are those of the calls made: each call's prompt is the same template around a reply.
+    per_call = run["spend"]["judge"]["prompt_tokens"] / asked
+    assert 200 < per_call < 1500
 
 
 def test_judge_cost_is_reported_when_litellm_knows_the_price(pytester: pytest.Pytester, mock: Any) -> None:
