@@ -43,6 +43,7 @@ class JudgeStage:
         self.retries = retries
         self._caller: Any = None
         self._fatal: str | None = None
+        self._answered = 0  # judge calls that got a reply: after one, a refused connection is a blip
         # Judge calls in flight by key. The same question can be asked twice at once: K trials that got
         # the same reply, a live base that answered as the head did. It is asked once; the others wait.
         self._asking: dict[str, asyncio.Future[dict[str, Any]]] = {}
@@ -60,6 +61,9 @@ class JudgeStage:
         task.add_done_callback(lambda done: self._asked(key, done))
         return await asyncio.shield(task), True
 
+    def _retry(self, exc: EndpointError) -> bool:
+        return not (exc.unreachable and self._answered == 0)
+
     def _asked(self, key: str, task: asyncio.Future[dict[str, Any]]) -> None:
         self._asking.pop(key, None)
         if not task.cancelled():
@@ -72,11 +76,16 @@ class JudgeStage:
             self._caller = self.make_caller()
         try:
             result, attempts, seconds = await call_with_retries(
-                self._caller.complete, self.llm.messages(prompt, reply), self.retries)
+                self._caller.complete, self.llm.messages(prompt, reply), self.retries, should_retry=self._retry)
         except EndpointError as exc:
             if exc.fatal:
                 self._fatal = str(exc)
+            elif exc.unreachable and self._answered == 0:
+                # As for the endpoint under test: a judge nobody answers (refused, DNS, TLS) is not retried
+                # for every reply with backoff; the rest are errors at once, saying why.
+                self._fatal = self._fatal or f"{exc} (no judge call was answered, so no more are made)"
             raise EndpointError(f"judge call failed: {exc}", retryable=False) from None
+        self._answered += 1
         record: dict[str, Any] = result.record()
         record["seconds"] = round(seconds, 3)
         record["attempts"] = attempts

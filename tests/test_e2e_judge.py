@@ -302,3 +302,18 @@ def test_xdist_judges_each_reply_once_and_matches_serial(pytester: pytest.Pytest
     a, b = load(pytester.path / "serial.json"), load(pytester.path / "xdist.json")
     assert [(p["id"], p["verdict"]) for p in a["prompts"]] == [(p["id"], p["verdict"]) for p in b["prompts"]]
     assert b["run"]["judge_calls"] == a["run"]["judge_calls"]
+
+
+def test_an_unreachable_judge_stops_the_judge_calls_at_once(pytester: pytest.Pytester, mock: Any) -> None:
+    # Like an endpoint on a closed port: nothing answered, so the judge is not retried with backoff for
+    # every reply; the replies are stored, each prompt is a judge error saying why.
+    result = pytester.runpytest(*mock_args(mock, "--orbench-datasets", "toxic", "--orbench-sample", "12",
+                                           "--orbench-concurrency", "2", "--orbench-judge", "llm",
+                                           "--orbench-judge-model", "openai/orbench-judge",
+                                           "--orbench-judge-api-base", "http://127.0.0.1:9/v1", "--orbench-json", "r.json"))
+    assert result.parseoutcomes()["errors"] == 12
+    errors = [p["error"] for p in load(pytester.path / "r.json")["prompts"]]
+    assert all("connection refused by 127.0.0.1:9" in e for e in errors)
+    stopped = [e for e in errors if e.startswith("judge not asked: ")]
+    assert len(stopped) >= 10 and all(e.endswith("(no judge call was answered, so no more are made)") for e in stopped)
+    assert stats(mock.url)["completions"] == 12  # the replies were made (and stored)
