@@ -219,6 +219,14 @@ def _judge_eval(args: argparse.Namespace) -> int:
     if args.json:
         write_atomic(Path(args.json), dumps(result, records_key="disagreements"))
         print(f"wrote {args.json}")
+    if result["errors"]:
+        # Figures over the rows that were judged are not figures over the file: never an exit 0 (or a
+        # --fail-under pass) for an evaluation the judge did not finish.
+        first = next(d["reason"] for d in result["disagreements"] if d["verdict"] == "error")
+        print(f"{result['errors']} of {result['rows']} rows have no judgement (first: {first}); the figures cover "
+              f"only the {result['scored']} scored rows. Fix the judge or its endpoint and run again (LLM judgements "
+              "already made are stored and reused)", file=sys.stderr)
+        return 1
     agreement = result["binary_agreement"]["value"]
     if args.fail_under is not None and (agreement is None or agreement < args.fail_under):
         print(f"binary agreement below --fail-under {args.fail_under}", file=sys.stderr)

@@ -225,8 +225,10 @@ def test_judge_eval_reports_a_raising_custom_judge_per_row(tmp_path: Path, monke
     monkeypatch.setenv("RULES_API_KEY", "rk-0123456789abcdef")
     monkeypatch.setattr(sys, "path", list(sys.path))  # judge-eval puts the working folder on it
     code = main(["judge-eval", "labelled.csv", "--judge", "eval_side_judge:judge", "--json", "out.json"])
-    out = capsys.readouterr().out
-    assert code == 0 and "judge failed: KeyError: 'no rule for ***'" in out and "rk-0123456789abcdef" not in out
+    out, err = capsys.readouterr()
+    assert "judge failed: KeyError: 'no rule for ***'" in out and "rk-0123456789abcdef" not in out + err
+    # Nothing was judged: figures and JSON are written, and the exit status says the evaluation is not done.
+    assert code == 1 and "2 of 2 rows have no judgement (first: judge failed: KeyError" in err
     assert json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))["scored"] == 0
 
 
