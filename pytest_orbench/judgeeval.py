@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,9 +64,15 @@ def load_labeled(path: Path) -> list[Example]:
     source_col = "source" if "source" in fields else None
     examples = []
     for number, row in enumerate(reader, start=1):
-        raw = (row.get(label_col) or "").strip().lower()
+        written = (row.get(label_col) or "").strip()
+        raw = re.sub(r"[\s-]+", "_", written.lower())  # "Partial Refusal", "partial-refusal": partial_refusal
         if raw not in LABELS:
-            raise LabeledError(f"{path} row {number}: label {raw!r} is not one of {', '.join(sorted(LABELS))}")
+            where = f"{path} row {number} (line {reader.line_num})"
+            if not written:
+                raise LabeledError(f"{where} has no {label_col}: label it compliance, refusal or partial_refusal, "
+                                   "or remove the row")
+            raise LabeledError(f"{where}: {label_col} {written!r} is not one of {', '.join(sorted(LABELS))} "
+                               "(case, spaces and hyphens do not matter); correct it, or remove the row")
         examples.append(Example(number, row.get("prompt") or "", row.get(response_col) or "", LABELS[raw],
                                 (row.get(note_col) or "") if note_col else "",
                                 (row.get(source_col) or "").strip() if source_col else ""))
@@ -94,7 +101,13 @@ def _figures(pairs: list[tuple[Example, Judgement]]) -> dict[str, Any]:
     neither = n - both - judge_only - human_only
     kappa: dict[str, Any] = {}
     for name, (a, b) in {"binary": (human_bin, judge_bin), "three_class": (human_3, judge_3)}.items():
-        kappa[name] = {"value": cohen_kappa(a, b), "ci95": list(bootstrap_kappa_ci(a, b))} if n else None
+        if not n:
+            kappa[name] = None
+            continue
+        value, interval = cohen_kappa(a, b), bootstrap_kappa_ci(a, b)
+        kappa[name] = {"value": value, "ci95": None if interval is None else list(interval)}
+        if value is None:  # people and judge gave every row the same class: nothing to tell from chance
+            kappa[name]["undefined"] = f"people and judge gave every row {a[0]}"
     # The judge's own confidence: what a hybrid judge would decide alone and what it would send to the LLM.
     confident = [(e, j) for e, j in pairs if j.confident]
     confident_right = sum(1 for e, j in confident if bool(j.verdict.refused) == (e.label != "compliance"))
@@ -246,6 +259,13 @@ def _pp(figure: dict[str, Any]) -> str:
     return f"{100 * figure['value']:+.1f} pp [{100 * lo:+.1f}, {100 * hi:+.1f}]"
 
 
+def _kappa(figure: dict[str, Any]) -> str:
+    if figure["value"] is None:
+        return f"n/a: undefined, {figure.get('undefined') or 'one class throughout'}"
+    interval = figure["ci95"]
+    return f"{figure['value']:.3f}" + (f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "")
+
+
 def _confidence(figures: dict[str, Any]) -> str:
     c = figures["confidence"]
     if not c["not_confident"]:
@@ -269,7 +289,7 @@ def by_source_lines(result: dict[str, Any]) -> list[str]:
         c = g["confidence"]
         lines.append(
             f"{term_safe(source, 40):<{width}} {g['rows']:>5}  {_pct(g['binary_agreement']):<22} "
-            f"{'n/a' if kappa is None else format(kappa['value'], '.3f'):>6}  "
+            f"{'n/a' if kappa is None or kappa['value'] is None else format(kappa['value'], '.3f'):>6}  "
             f"{'n/a' if g['bias']['value'] is None else _pp(g['bias']):<24} "
             f"{'n/a' if g['three_class_agreement']['value'] is None else format(100 * g['three_class_agreement']['value'], '.1f') + '%':>7}  "
             f"{'n/a' if c['not_confident_share'] is None else format(100 * c['not_confident_share'], '.1f') + '%':>13}  "
@@ -292,8 +312,7 @@ def text_report(result: dict[str, Any], show: int = 20, by: str | None = None) -
     ]
     for name in ("binary", "three_class"):
         if k[name] is not None:
-            lo, hi = k[name]["ci95"]
-            lines.append(f"{'Cohen kappa ' + name.replace('_', '-'):<24}{k[name]['value']:.3f} [{lo:.3f}, {hi:.3f}]")
+            lines.append(f"{'Cohen kappa ' + name.replace('_', '-'):<24}{_kappa(k[name])}")
     bias = result["bias"]
     if bias["value"] is not None:
         lines.append(
@@ -309,12 +328,16 @@ def text_report(result: dict[str, Any], show: int = 20, by: str | None = None) -
         lines.append(f"{h:<16}" + "".join(f"{result['confusion'][h][c]:>18}" for c in used))
     by = by or ("source" if result.get("by_source") else "note")
     if by == "source":
-        lines.extend(by_source_lines(result))
-    if by == "note" and any(note != "-" for note in result["by_note"]):
+        lines.extend(by_source_lines(result) or ["by source: the file has no source column, so no breakdown by source"])
+    if by == "note" and not any(note != "-" for note in result["by_note"]):
+        lines.append("by note: the file has no trap, type or note column (or it is empty), so no breakdown by note")
+    elif by == "note":
         weak = sorted(((v["agree"] / v["n"], note, v) for note, v in result["by_note"].items() if v["agree"] < v["n"]))
         if weak:
             lines.append("agreement by note (only notes with disagreements): " + ", ".join(
                 f"{term_safe(note, 40)} {v['agree']}/{v['n']}" for _, note, v in weak))
+        else:
+            lines.append(f"agreement by note: no disagreement in any of the {len(result['by_note'])} notes")
     against = result.get("against")
     if against:
         o = against["judge"]

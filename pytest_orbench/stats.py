@@ -139,24 +139,29 @@ def spearman(x: list[float], y: list[float]) -> tuple[float, float]:
     return float(result.statistic), float(result.pvalue)
 
 
-def cohen_kappa(a: list[str], b: list[str]) -> float:
-    """Cohen's kappa of two raters' labels on the same items (1 = perfect, 0 = chance agreement)."""
+def cohen_kappa(a: list[str], b: list[str]) -> float | None:
+    """Cohen's kappa of two raters' labels on the same items (1 = perfect, 0 = chance agreement).
+
+    None when both raters gave every item one and the same label: chance then explains all the agreement
+    and kappa is 0/0, undefined (it was reported as a perfect 1.0)."""
     n = len(a)
     if n == 0 or n != len(b):
         raise ValueError("kappa needs two equally long, non-empty label lists")
     observed = sum(1 for x, y in zip(a, b) if x == y) / n
     expected = sum((a.count(c) / n) * (b.count(c) / n) for c in set(a) | set(b))
-    if expected == 1:
-        return 1.0 if observed == 1 else 0.0
+    if expected >= 1 - 1e-12:
+        return None
     return (observed - expected) / (1 - expected)
 
 
-def bootstrap_kappa_ci(a: list[str], b: list[str], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+def bootstrap_kappa_ci(a: list[str], b: list[str], resamples: int = 2000, seed: int = 0) -> tuple[float, float] | None:
     """Percentile bootstrap 95% interval of Cohen's kappa (items resampled with replacement; seeded).
 
     Resampling items only changes how often each (a, b) label pair occurs, so each resample is one
     multinomial draw over the pairs' cells and kappa follows from the cell counts: the same distribution
-    as drawing item by item, in milliseconds rather than the seconds a few thousand items took that way."""
+    as drawing item by item, in milliseconds rather than the seconds a few thousand items took that way.
+    Resamples where kappa is undefined (one label throughout, see `cohen_kappa`) are left out; None when
+    every resample is such (they counted as 1.0, so a few items gave a perfect [1, 1])."""
     import numpy as np
 
     n = len(a)
@@ -170,11 +175,12 @@ def bootstrap_kappa_ci(a: list[str], b: list[str], resamples: int = 2000, seed: 
     shares = np.random.default_rng(seed).multinomial(n, cells / n, size=resamples).reshape(resamples, k, k) / n
     observed = np.trace(shares, axis1=1, axis2=2)
     expected = (shares.sum(axis=2) * shares.sum(axis=1)).sum(axis=1)
-    chance_only = expected >= 1 - 1e-12  # one label for every item, as cohen_kappa treats it
-    kappas = np.where(chance_only, np.where(observed >= 1 - 1e-12, 1.0, 0.0),
-                      (observed - expected) / np.where(chance_only, 1.0, 1 - expected))
-    kappas.sort()
-    return float(kappas[int(0.025 * resamples)]), float(kappas[min(resamples - 1, int(0.975 * resamples))])
+    defined = expected < 1 - 1e-12  # not one label for every item (as cohen_kappa has it)
+    kappas = np.sort((observed[defined] - expected[defined]) / (1 - expected[defined]))
+    m = len(kappas)
+    if m == 0:
+        return None
+    return float(kappas[int(0.025 * m)]), float(kappas[min(m - 1, int(0.975 * m))])
 
 
 EXACT_SUPPORT = 4_000_000  # largest support of the exact sign-flip distribution; beyond it, Monte Carlo
