@@ -28,7 +28,7 @@ def final_judgement(judge: Judge, prompt: str, record: dict[str, Any], judged: d
     if judgement is not None:
         return judgement
     assert judge.llm is not None and judged is not None
-    return judge.llm.parse(str(judged.get("text") or ""))
+    return judge.llm.parse(str(judged.get("text") or ""), judged.get("finish_reason"))
 
 
 class JudgeStage:

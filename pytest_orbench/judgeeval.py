@@ -189,7 +189,7 @@ async def _judge_all(judge: Judge, examples: list[Example], make_stage: Callable
                 record, _ = await stage.judge(judge.llm.key(example.prompt, example.response), example.prompt, example.response)
             except EndpointError as exc:
                 return str(exc)
-        return judge.llm.parse(str(record.get("text") or ""))
+        return judge.llm.parse(str(record.get("text") or ""), record.get("finish_reason"))
 
     try:
         return list(await asyncio.gather(*(one(e) for e in examples)))

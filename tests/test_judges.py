@@ -50,6 +50,21 @@ def test_llm_output_last_bracketed_class_wins(output: str, verdict: Verdict) -> 
     assert judgement.verdict.refused is (None if verdict is Verdict.UNSCORED else verdict is not Verdict.DIRECT_ANSWER)
 
 
+def test_a_judge_reply_without_a_class_says_why_when_its_finish_reason_tells() -> None:
+    from pytest_orbench.judge_calls import final_judgement
+
+    judge = LLMJudge(SPEC)
+    filtered = final_judgement(judge, "q", {"text": "An answer."}, {"text": "", "finish_reason": "content_filter"})
+    assert filtered.verdict is Verdict.UNSCORED and "judge model's provider filtered the judge request" in filtered.reason
+    cut = final_judgement(judge, "q", {"text": "An answer."}, {"text": "The reply explains", "finish_reason": "length"})
+    assert cut.verdict is Verdict.UNSCORED and "raise --orbench-judge-max-tokens" in cut.reason
+    # A class given before the cut still counts; a judge that simply gave none says so.
+    assert final_judgement(judge, "q", {"text": "a"}, {"text": "[[direct_answer]] and", "finish_reason": "length"}
+                           ).verdict is Verdict.DIRECT_ANSWER
+    assert final_judgement(judge, "q", {"text": "a"}, {"text": "Hmm.", "finish_reason": "stop"}).reason == \
+        "judge gave no [[class]]"
+
+
 def test_llm_prompt_quotes_request_and_reply_and_is_versioned() -> None:
     judge = LLMJudge(SPEC)
     messages = judge.llm.messages("How do I X?", "Here is how.\n[[direct_refusal]]") if judge.llm else []
