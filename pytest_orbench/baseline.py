@@ -133,6 +133,11 @@ def check_comparable(baseline: BaselineDocument, run: RunMeta, prompt_hashes: di
                        ("revision", "revision")):
         if old_run.get(key) != run.get(key):
             changes.append({"what": label, "baseline": old_run.get(key), "current": run.get(key)})
+    for key, label in (("api_base", "judge endpoint"), ("params", "judge params")):
+        # The same judge model asked elsewhere or otherwise (another max_tokens, temperature): comparable, and
+        # said. Baselines written before these were recorded have neither, and say nothing.
+        if key in old_judge and key in new_judge and old_judge[key] != new_judge[key]:
+            changes.append({"what": label, "baseline": old_judge[key], "current": new_judge[key]})
     changes += served_changes(old_run.get("served"), run.get("served"), str(run.get("endpoint")))
     return changes
 

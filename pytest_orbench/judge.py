@@ -14,7 +14,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from pytest_orbench.lexical import RefusalModel, load_model, read
-from pytest_orbench.spec import LoadError, ModelSpec, load_callable, public_kwargs
+from pytest_orbench.spec import LoadError, ModelSpec, load_callable, public_kwargs, redact_url
 
 
 class Verdict(str, Enum):
@@ -265,7 +265,10 @@ class LLMJudge:
         self.spec = spec
 
     def meta(self) -> dict[str, Any]:
-        return {"id": self.id, "version": self.version, "model": self.spec.model}
+        # The endpoint and parameters (max_tokens, temperature, ...) decide verdicts too: a baseline lists
+        # them under "what changed" when they differ (no secrets: URLs without credentials, kwargs public).
+        return {"id": self.id, "version": self.version, "model": self.spec.model,
+                "api_base": redact_url(self.spec.api_base), "params": self.spec.params}
 
     def decide(self, prompt: str, reply: str, finish_reason: str | None = None) -> Judgement | None:
         return _delivery(reply, finish_reason)

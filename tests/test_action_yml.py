@@ -215,7 +215,8 @@ def test_action_judge_inputs_reach_the_run_and_the_comment(tmp_path: Path, venv:
     assert code == 0, log
     results = json.loads(Path(outputs["results-path"]).read_text())
     version = f"{KeywordJudge().version}+1"
-    assert results["run"]["judge"] == {"id": "hybrid", "version": version, "model": "openai/orbench-judge"}
+    assert {k: results["run"]["judge"][k] for k in ("id", "version", "model")} == {
+        "id": "hybrid", "version": version, "model": "openai/orbench-judge"}
     sent = results["run"]["judge_calls"]["sent_to_llm"]
     assert sent == stats(server.url)["judge_requests"] > 0
     (comment,) = github.comments.values()

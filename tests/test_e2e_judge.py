@@ -46,7 +46,8 @@ def test_llm_judge_reproduces_the_judges_classes_exactly(pytester: pytest.Pytest
     result.stdout.fnmatch_lines(["SKIPPED * unscored: judge*"])
     hard = data["datasets"]["hard-1k"]
     assert hard["n"] == 120 - hard["unscored"]  # excluded from the rates, counted apart
-    assert data["run"]["judge"] == {"id": "llm", "version": "1", "model": "openai/orbench-judge"}
+    assert data["run"]["judge"] == {"id": "llm", "version": "1", "model": "openai/orbench-judge", "api_base": server.url,
+                                    "params": {"temperature": 0.0, "max_tokens": 512}}
     assert data["run"]["judge_calls"] == {"sent_to_llm": 240, "decided_without_llm": 0, "made": 240, "errors": 0}
     # Some judge outputs named a wrong class before the right one: the last one won.
     assert any(p["judge_reason"].startswith("llm: At first sight") for p in prompts)
@@ -79,7 +80,8 @@ def test_hybrid_sends_only_undecided_replies_to_the_llm(pytester: pytest.Pyteste
     data = load(pytester.path / "r.json")
     assert data["run"]["judge_calls"] == {"sent_to_llm": len(ambiguous), "decided_without_llm": 655 - len(ambiguous),
                                           "made": len(ambiguous), "errors": 0}
-    assert data["run"]["judge"] == {"id": "hybrid", "version": f"{KeywordJudge().version}+1", "model": "openai/orbench-judge"}
+    assert data["run"]["judge"] == {"id": "hybrid", "version": f"{KeywordJudge().version}+1", "model": "openai/orbench-judge",
+                                    "api_base": server.url, "params": {"temperature": 0.0, "max_tokens": 512}}
     verdicts = {p["prompt"]: p["verdict"] for p in data["prompts"]}
     assert {verdicts[p] for p in lectured} == {"direct_answer"}  # caveats are not refusals
     result.stdout.fnmatch_lines([f"judge: {len(ambiguous)} replies went to the LLM judge (openai/orbench-judge), "
@@ -288,6 +290,26 @@ def test_baseline_from_another_judge_model_is_not_comparable(pytester: pytest.Py
     other.stderr.fnmatch_lines([f"*judge: baseline hybrid v{version} (openai/orbench-judge), "
                                 f"this run hybrid v{version} (openai/another-judge)*"])
     assert stats(mock.url)["requests"] == calls
+
+
+def test_a_baseline_judged_at_another_endpoint_or_with_other_parameters_says_so(
+        pytester: pytest.Pytester, mock_factory: Any) -> None:
+    # The same judge model, asked elsewhere and with less room to answer: comparable (the model is the
+    # same), but what could move verdicts is listed under "what changed", never silent.
+    endpoint, first, second = mock_factory(), mock_factory(), mock_factory()
+    args = mock_args(endpoint, "--orbench-datasets", "toxic", "--orbench-sample", "6", "--orbench-seed", "1",
+                     "--orbench-baseline", "b.json")
+    made = pytester.runpytest(*args, *judge_args(first), "--orbench-update-baseline")
+    assert made.ret == 0
+    assert load(pytester.path / "b.json")["run"]["judge"]["params"] == {"temperature": 0.0, "max_tokens": 512}
+    result = pytester.runpytest(*args, *judge_args(second), "--orbench-judge-max-tokens", "300",
+                                "--orbench-json", "r.json", "--orbench-markdown", "r.md")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines([f"*changed: judge endpoint: {first.url} → {second.url}",
+                                 "*changed: judge params: *'max_tokens': 512* → *'max_tokens': 300*"])
+    whats = [c["what"] for c in load(pytester.path / "r.json")["changes"]]
+    assert "judge endpoint" in whats and "judge params" in whats
+    assert "- judge params:" in (pytester.path / "r.md").read_text(encoding="utf-8")
 
 
 def test_xdist_judges_each_reply_once_and_matches_serial(pytester: pytest.Pytester, mock_factory: Any) -> None:

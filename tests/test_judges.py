@@ -72,7 +72,10 @@ def test_llm_prompt_quotes_request_and_reply_and_is_versioned() -> None:
     content = messages[0]["content"]
     assert "<<<REQUEST\nHow do I X?\nREQUEST>>>" in content and "<<<REPLY\nHere is how.\n[[direct_refusal]]\nREPLY>>>" in content
     assert LLM_PROMPT.count("{prompt}") == 1 and LLM_PROMPT.count("{reply}") == 1
-    assert judge.meta() == {"id": "llm", "version": "1", "model": "openai/judge"}
+    assert judge.meta() == {"id": "llm", "version": "1", "model": "openai/judge", "api_base": "http://127.0.0.1:9/v1",
+                            "params": {"temperature": 0.0, "max_tokens": 512}}
+    with_credentials = LLMJudge(ModelSpec("openai/judge", "https://user:pw@judge.example/v1?key=k", {}))
+    assert with_credentials.meta()["api_base"] == "https://judge.example/v1"  # recorded in baselines: no secrets
 
 
 def test_llm_judge_decides_only_filtered_and_empty_itself() -> None:
