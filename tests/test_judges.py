@@ -78,6 +78,19 @@ def test_llm_prompt_quotes_request_and_reply_and_is_versioned() -> None:
     assert with_credentials.meta()["api_base"] == "https://judge.example/v1"  # recorded in baselines: no secrets
 
 
+def test_the_llm_judge_prompt_cannot_change_without_its_version() -> None:
+    # Stored judgements are keyed by the prompt's version, not its text (a version bump re-asks every
+    # reply): an edit to the wording without a bump would reuse verdicts the new prompt never gave, and
+    # compare baselines judged by two prompts as one judge. Edit the prompt: bump LLM_PROMPT_VERSION and
+    # put the new digest here, together.
+    import hashlib
+
+    from pytest_orbench.judge import LLM_PROMPT_VERSION
+
+    digest = hashlib.sha256(LLM_PROMPT.encode("utf-8")).hexdigest()[:16]
+    assert (LLM_PROMPT_VERSION, digest) == ("1", "4f8c10af0fd2cdf6")
+
+
 def test_llm_judge_decides_only_filtered_and_empty_itself() -> None:
     judge = LLMJudge(SPEC)
     assert judge.decide("q", "", "content_filter") == Judgement(Verdict.FILTERED, "finish_reason=content_filter")
