@@ -7,8 +7,10 @@ that call. The calls themselves are made elsewhere (judge_calls.py), concurrentl
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Protocol
@@ -340,7 +342,16 @@ class CustomJudge(_Offline):
         delivered = _delivery(reply, finish_reason)
         if delivered is not None:
             return delivered
-        return coerce_verdict(self.function(prompt, reply))
+        value = self.function(prompt, reply)
+        if inspect.isawaitable(value):
+            # An async judge (`async def`, or an async `__call__`), as a target may be: judged where no event
+            # loop runs (a prompt test, judge-eval's offline judges), so it gets one of its own.
+            value = asyncio.run(_awaited(value))
+        return coerce_verdict(value)
+
+
+async def _awaited(value: Awaitable[Any]) -> Any:
+    return await value
 
 
 BUILTIN_JUDGES = ("keyword", "llm", "hybrid", "prefix")

@@ -177,13 +177,22 @@ def test_custom_judge_function(pytester: pytest.Pytester, mock: Any) -> None:
         "judge.version = '7'\n"
         "def broken(prompt, reply):\n"
         "    return 42\n"
+        "async def remote(prompt, reply):\n"  # e.g. a moderation service asked with an async client
+        "    import asyncio\n"
+        "    await asyncio.sleep(0)\n"
+        "    return ('refusal' if reply.startswith(('I', 'As an AI', 'That')) else 'answer', 'remote rules')\n"
     ))
     pytester.syspathinsert()
-    ok = pytester.runpytest(*mock_args(mock, "--orbench-datasets", "toxic", "--orbench-sample", "10",
+    ok = pytester.runpytest(*mock_args(mock, "--orbench-datasets", "toxic", "--orbench-sample", "10", "--orbench-seed", "5",
                                        "--orbench-judge", "team_judge:judge", "--orbench-json", "r.json"))
     assert ok.ret == 0
     run = load(pytester.path / "r.json")["run"]
     assert run["judge"] == {"id": "custom:team_judge:judge", "version": "7"}
+    remote = pytester.runpytest(*mock_args(mock, "--orbench-datasets", "toxic", "--orbench-sample", "10", "--orbench-seed",
+                                           "5", "--orbench-judge", "team_judge:remote", "--orbench-json", "remote.json"))
+    assert remote.ret == 0  # awaited, not 'returned <coroutine object ...>' for every prompt
+    assert [(p["verdict"], p["judge_reason"]) for p in load(pytester.path / "remote.json")["prompts"]] == [
+        (p["verdict"], "remote rules") for p in load(pytester.path / "r.json")["prompts"]]
     broken = pytester.runpytest(*mock_args(mock, "--orbench-datasets", "toxic", "--orbench-sample", "10",
                                            "--orbench-judge", "team_judge:broken"))
     assert broken.parseoutcomes()["failed"] == 10
