@@ -39,6 +39,7 @@ class Run(Protocol):
     judge: Judge
     datasets: list[Dataset]
     baseline: BaselineDocument | None
+    scheduled: set[str] | None
     started: float
     progress: ProgressDisplay
 
@@ -185,8 +186,12 @@ class RunResults:
         self._set_exit_status(session, records)
 
     def _stopped(self, session: pytest.Session, exitstatus: int, ran: int) -> str | None:
-        """Why the run ended before its selected prompts were done (None: it did not)."""
-        total = sum(len(d.prompts) for d in self.plugin.datasets)
+        """Why the run ended before its selected prompts were done (None: it did not). A stop after every
+        selected prompt ran (-x on one of your own tests that came later) left nothing unchecked."""
+        scheduled = self.plugin.scheduled
+        total = len(scheduled) if scheduled is not None else sum(len(d.prompts) for d in self.plugin.datasets)
+        if scheduled is not None and scheduled <= self.records.keys() and exitstatus != pytest.ExitCode.INTERNAL_ERROR:
+            return None
         if exitstatus == pytest.ExitCode.INTERRUPTED:
             return f"the run was interrupted after {ran} of {total} prompts"
         if exitstatus == pytest.ExitCode.INTERNAL_ERROR:

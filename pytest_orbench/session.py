@@ -8,7 +8,7 @@ import time
 import types
 import uuid
 from collections import Counter
-from collections.abc import Generator
+from collections.abc import Generator, Iterable
 from typing import Any, cast
 
 import pytest
@@ -83,6 +83,10 @@ class OrbenchPlugin:
             # The records come to the controller in the test reports.
             config.pluginmanager.register(RunResults(self), "orbench-results")
         self._requests = {self.nodeid(d, p): self.requests(p) for d in self.datasets for p in d.prompts}
+        self._prompt_ids = {self.nodeid(d, p): p.id for d in self.datasets for p in d.prompts}
+        # The prompts selected to run (after -k, -m, --deselect, --lf, node ids), once collection is over;
+        # None until then. A run that stopped after all of them ran checked everything it selected.
+        self.scheduled: set[str] | None = None
         self._begun = False
         self._line: str | None = None  # what the fetch will do, shown once collection is over
         self._announced = False
@@ -210,6 +214,7 @@ class OrbenchPlugin:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
         if not session.config.option.collectonly and not self.config.pluginmanager.hasplugin("dsession"):
+            self._schedule(i.nodeid for i in session.items if isinstance(i, PromptItem))
             self._begin([r for i in session.items if isinstance(i, PromptItem) for r in self._requests[i.nodeid].all])
         try:
             return (yield)
@@ -228,7 +233,13 @@ class OrbenchPlugin:
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         """The controller fetches for every worker: the first worker's collection names the prompts."""
         if not self.config.option.collectonly:
+            self._schedule(ids)
             self._begin([r for i in ids if i in self._requests for r in self._requests[i].all])
+
+    def _schedule(self, nodeids: Iterable[str]) -> None:
+        """Remember which prompts were selected to run (every xdist worker collects the same)."""
+        if self.scheduled is None:
+            self.scheduled = {self._prompt_ids[n] for n in nodeids if n in self._prompt_ids}
 
     def _check_max_cost(self, plan: Plan) -> None:
         """Refuse to start when the run's estimate (every prompt of the run, before -k deselection) is over

@@ -1,0 +1,55 @@
+"""End to end: the prompt tests inside a project's own pytest session. Your tests beside them, -x,
+selection (-k, node ids, --lf), and what the gate then says it compared; litellm against the simulator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.conftest import load, mock_args
+
+pytestmark = pytest.mark.usefixtures("orbench_env")
+
+YOURS_LAST = """
+    import pytest
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(items):
+        items.sort(key=lambda item: not item.nodeid.startswith("orbench/"))  # your tests after the prompts
+"""
+
+
+def test_your_failing_test_after_every_prompt_ran_under_x_leaves_the_run_complete(pytester: pytest.Pytester,
+                                                                                  mock: Any) -> None:
+    pytester.makepyfile(test_mine="def test_mine():\n    assert 0, 'my own test'\n")
+    pytester.makeconftest(YOURS_LAST)
+    result = pytester.runpytest(*mock_args(mock, "--orbench-sample", "5", "--orbench-seed", "5", "-x",
+                                           "--orbench-baseline", "b.json", "--orbench-update-baseline",
+                                           "--orbench-json", "r.json"))
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # your test failed: pytest's verdict, not the gate's
+    outcomes = result.parseoutcomes()
+    assert outcomes["failed"] == 1 and outcomes.get("passed", 0) + outcomes.get("xfailed", 0) == 10
+    # Every prompt ran before -x stopped the session: nothing is unchecked, so the baseline is written.
+    result.stdout.fnmatch_lines(["baseline updated: *b.json (review and commit it)"])
+    result.stdout.no_fnmatch_line("*run completed*")
+    gate = load(pytester.path / "r.json")["gate"]
+    assert [c["name"] for c in gate["checks"] if c["kind"] == "completeness"] == []
+    assert (pytester.path / "b.json").is_file()
+
+
+def test_a_run_stopped_by_x_counts_the_prompts_it_selected(pytester: pytest.Pytester, mock: Any) -> None:
+    pytester.makeconftest("""
+        SEEN = []
+        def pytest_runtest_call(item):
+            SEEN.append(item)
+            if len(SEEN) == 3:
+                raise RuntimeError("boom")
+    """)
+    result = pytester.runpytest(*mock_args(mock, "--orbench-sample", "5", "--orbench-seed", "5", "-k", "hard-1k",
+                                           "-x", "--orbench-json", "r.json"))
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    # 5 of the 10 sampled prompts were selected (-k hard-1k); -x stopped the run after 2 of them.
+    result.stdout.fnmatch_lines(["*INCONCLUSIVE: run completed: the run stopped early (stopping after 1 failures) "
+                                 "after 2 of 5 prompts*"])
+    assert load(pytester.path / "r.json")["gate"]["verdict"] == "inconclusive"
