@@ -260,6 +260,7 @@ def compare(baseline: BaselineDocument, results: ResultsDocument, alpha: float =
             "newly_answered_ids": newly_answered,
             "categories": {c: paired_block(p, expected, alpha) for c, p in sorted(pairs_by_category.items())},
             "not_in_baseline": missing,
+            "not_run": 0,  # gate.evaluate: the run's prompts that pytest did not run (it knows what was selected)
         }
     return comparison
 

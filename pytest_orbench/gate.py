@@ -109,10 +109,15 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
     checks: list[GateCheck] = []
     warnings: list[str] = []
     sizes: list[tuple[str, Comparison, float, float, bool]] = []  # regression checks: name, comparison, alpha,
-    # tolerance, whether some of the run's prompts are not in the baseline
+    # tolerance, whether some of the run's prompts were not compared
+    selected = {name: meta.get("selected") for name, meta in ((results.get("run") or {}).get("datasets") or {}).items()}
     for name, summary in results["datasets"].items():
         limits = config.limits(name)
         total = summary["total"]
+        # Prompts of the run (after sampling) that pytest did not run: -k, -m, node ids, --deselect, --lf, --sw
+        # deselected them, or the session stopped. The checks below cover only the ones that ran.
+        chosen = selected.get(name)
+        not_run = chosen - total if isinstance(chosen, int) and chosen > total else 0
         # Unscored replies (no valid judge class) are as unknown as errors: both spend the budget.
         unscored = summary.get("unscored", 0)
         error_share = (summary["errors"] + unscored) / total if total else 0.0
@@ -139,8 +144,14 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
                 f"rejection rate {'n/a' if rate is None else f'{100 * rate:.1f}%'} (limit: {relation} {100 * limit:.1f}%)",
             ))
         comparison = summary.get("comparison")
+        if not_run and (comparison is not None or limits.max_rejection is not None or limits.min_rejection is not None):
+            covered = (f"the regression check covers the {comparison['n']} paired prompts that ran" if comparison is not None
+                       else f"its rejection-rate limits cover the {total} that ran")
+            warnings.append(f"{name}: {not_run} of the run's {chosen} prompts did not run (deselected with -k, -m, node ids, "
+                            f"--deselect, --lf or --sw, or the run stopped) and were not checked; {covered}")
         if comparison is None:
             continue
+        comparison["not_run"] = not_run
         tolerance = limits.tolerance_pp if limits.tolerance_pp is not None else config.tolerance_pp
         alpha = limits.alpha if limits.alpha is not None else config.alpha
         worse = comparison["delta"] if summary["expected"] != "refuse" else -comparison["delta"]
@@ -157,7 +168,7 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
             warnings.append(f"{name}: {missing} of this run's {total} prompts are not in the baseline and were not "
                             f"compared; the regression check covers {comparison['n']} paired prompts (update the "
                             "baseline from a run of the same prompts to check them all)")
-        sizes.append((name, comparison, alpha, tolerance, bool(missing)))
+        sizes.append((name, comparison, alpha, tolerance, bool(missing or not_run)))
     # A regression in one dataset alone is Holm's first step: it must reach alpha / m with m checks.
     for name, comparison, alpha, tolerance, partial in sizes:
         detectable = comparison["detectable"] = detectable_of(comparison, alpha / len(sizes))
@@ -210,6 +221,8 @@ def _decide_regressions(checks: list[GateCheck]) -> None:
                 # base asked the same prompts): the set itself is too small.
                 + ("; run the baseline's prompts (the same datasets, sample size and seed)"
                    if n == 0 or comparison.get("not_in_baseline") else
+                   f"; {comparison['not_run']} of the run's prompts did not run: run them all (without -k, -m, node ids, "
+                   "--deselect, --lf or --sw)" if comparison.get("not_run") else
                    "; compare more prompts (a larger --orbench-sample, or a larger dataset)"))
             continue
         check["outcome"] = "fail" if 100 * worse > tolerance and p_adjusted < alpha else "pass"

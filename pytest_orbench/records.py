@@ -195,6 +195,7 @@ class Comparison(PairedBlock):
     newly_answered_ids: list[str]
     categories: dict[str, PairedBlock]
     not_in_baseline: NotRequired[int]  # this run's prompts of the dataset that the baseline lacks: not compared
+    not_run: NotRequired[int]  # the run's prompts of the dataset that pytest did not run (deselected, stopped)
 
 
 class GateCheck(TypedDict):

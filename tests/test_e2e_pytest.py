@@ -3,11 +3,13 @@ selection (-k, node ids, --lf), and what the gate then says it compared; litellm
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import load, mock_args
+from tests.test_e2e_trust import hard_prompts, write_set
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
 
@@ -53,3 +55,16 @@ def test_a_run_stopped_by_x_counts_the_prompts_it_selected(pytester: pytest.Pyte
     result.stdout.fnmatch_lines(["*INCONCLUSIVE: run completed: the run stopped early (stopping after 1 failures) "
                                  "after 2 of 5 prompts*"])
     assert load(pytester.path / "r.json")["gate"]["verdict"] == "inconclusive"
+
+
+def test_a_selection_against_a_baseline_says_how_many_prompts_it_did_not_check(pytester: pytest.Pytester, mock: Any,
+                                                                                data_dir: Path) -> None:
+    write_set(pytester.path / "mini.csv", hard_prompts(data_dir)[:30])  # categories c0, c1, c2: 10 each
+    common = ("--orbench-datasets", "mini.csv:answer", "--orbench-baseline", "b.json")
+    assert pytester.runpytest(*mock_args(mock, *common, "--orbench-update-baseline")).ret == 0
+    subset = pytester.runpytest(*mock_args(mock, *common, "-k", "not c2", "--orbench-json", "r.json"))
+    assert subset.ret == 0 and subset.parseoutcomes()["deselected"] == 10
+    subset.stdout.fnmatch_lines(["orbench gate: PASS", "*warning: mini: 10 of the run's 30 prompts did not run (deselected "
+                                 "with -k, -m, node ids, --deselect, --lf or --sw, or the run stopped) and were not "
+                                 "checked; the regression check covers the 20 paired prompts that ran"])
+    assert load(pytester.path / "r.json")["datasets"]["mini"]["comparison"]["not_run"] == 10

@@ -135,6 +135,35 @@ def test_a_run_that_stopped_early_is_inconclusive_unless_it_already_failed() -> 
     assert ungated["gate"]["verdict"] == "inconclusive" and "note" not in ungated["gate"]
 
 
+def test_prompts_that_did_not_run_are_named_with_what_the_checks_cover() -> None:
+    # 200 prompts in the run, 60 ran (-k deselected the rest): the regression check covers 60 pairs and says so.
+    base = baseline_document(make_results({"hard-1k": [False] * 200}))
+    ran = make_results({"hard-1k": [False] * 60})
+    ran["run"]["datasets"]["hard-1k"]["selected"] = 200
+    results = assess(ran, base, parse_gate({}))
+    assert results["gate"]["verdict"] == "pass" and results["datasets"]["hard-1k"]["comparison"]["not_run"] == 140
+    assert ("hard-1k: 140 of the run's 200 prompts did not run (deselected with -k, -m, node ids, --deselect, --lf or "
+            "--sw, or the run stopped) and were not checked; the regression check covers the 60 paired prompts that "
+            "ran") in results["gate"]["warnings"]
+    assert any("this sample of 60 paired prompts can only detect" in w for w in results["gate"]["warnings"])
+    # Too few ran to detect anything: the advice is to run them, not to sample more.
+    few = make_results({"hard-1k": [False] * 3})
+    few["run"]["datasets"]["hard-1k"]["selected"] = 200
+    (check,) = [c for c in assess(few, base, parse_gate({}))["gate"]["checks"] if c["kind"] == "regression"]
+    assert check["outcome"] == "inconclusive" and check["message"].endswith(
+        "197 of the run's prompts did not run: run them all (without -k, -m, node ids, --deselect, --lf or --sw)")
+    # Absolute limits alone: the same warning, about the rates.
+    limited = make_results({"hard-1k": [False] * 60})
+    limited["run"]["datasets"]["hard-1k"]["selected"] = 200
+    gate = assess(limited, None, parse_gate({"hard-1k": {"max_rejection": 0.1}}))["gate"]
+    assert gate["warnings"][0].endswith("were not checked; its rejection-rate limits cover the 60 that ran")
+    # Every prompt ran: no such warning.
+    whole = make_results({"hard-1k": [False] * 200})
+    whole["run"]["datasets"]["hard-1k"]["selected"] = 200
+    whole_gate = assess(whole, base, parse_gate({}))["gate"]
+    assert not any("did not run" in w for w in whole_gate["warnings"])
+
+
 def test_sampled_run_warns_below_detectable_increase() -> None:
     base = baseline_document(make_results({"hard-1k": [False] * 50}, sample=50))
     results = assess(make_results({"hard-1k": [False] * 50}, sample=50), base, parse_gate({}))
