@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import pytest
 
@@ -31,6 +31,9 @@ from pytest_orbench.report import (
 )
 from pytest_orbench.settings import Settings
 
+if TYPE_CHECKING:
+    from pytest_orbench.coordinator import Coordinator
+
 
 class Run(Protocol):
     """What the results ask of the run (session.OrbenchPlugin)."""
@@ -42,6 +45,7 @@ class Run(Protocol):
     scheduled: set[str] | None
     started: float
     progress: ProgressDisplay
+    coordinator: Coordinator
 
     def run_meta(self, config: int = 0) -> RunMeta: ...
 
@@ -104,6 +108,7 @@ class RunResults:
         self.records: dict[str, PromptRecord] = {}
         self.results: ResultsDocument | None = None
         self.forgiven_errors = 0
+        self.not_written: str | None = None  # why --orbench-update-baseline wrote nothing, when no prompt ran
 
     @pytest.hookimpl(tryfirst=True)  # before the terminal reporter writes: the progress status goes first
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -119,6 +124,12 @@ class RunResults:
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if not self.records:
+            if self.settings.update_baseline and self.settings.baseline is not None and not session.config.option.collectonly:
+                # Asked for a baseline, got none: as any run that cannot become one, the session fails.
+                self.not_written = ("no prompt ran (every prompt test was deselected, or the session stopped before the "
+                                    "first); a baseline needs every prompt")
+                if session.exitstatus == pytest.ExitCode.OK:
+                    session.exitstatus = pytest.ExitCode.TESTS_FAILED
             return
         order = {p.id: n for n, p in enumerate(p for d in self.plugin.datasets for p in d.prompts)}
         records = sorted(self.records.values(), key=lambda r: order.get(r["id"], len(order)))
@@ -246,9 +257,17 @@ class RunResults:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.results is None:
             if not self.records and self.plugin.datasets and not terminalreporter.config.option.collectonly:
-                # Everything deselected (-k, -m, node ids) or stopped before the first prompt: say so.
-                terminalreporter.write_line("orbench: no prompt ran: nothing was asked, judged or compared; "
-                                            "no results file was written", yellow=True)
+                # Everything deselected (-k, -m, node ids) or stopped before the first prompt: say so. The calls
+                # may have started while pytest collected, and answers paid for are stored: say that too.
+                answered = self.plugin.coordinator.answered
+                terminalreporter.write_line(
+                    "orbench: no prompt ran: nothing was asked, judged or compared; no results file was written"
+                    if not answered else
+                    f"orbench: no prompt test ran: nothing was judged or compared and no results file was written; "
+                    f"{answered} replies fetched meanwhile are stored, and the next run reuses them", yellow=True)
+            if self.not_written is not None:
+                terminalreporter.write_line(f"baseline NOT written: {self.not_written}; {self.settings.baseline} is "
+                                            "unchanged", red=True, bold=True)
             return
         terminalreporter.write_sep("=", "orbench summary")
         for line in terminal_lines(self.results["run"], self.results["datasets"]) + drift_lines(self.results.get("drift")):

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import load, mock_args
+from tests.conftest import load, mock_args, stats
 from tests.test_e2e_trust import hard_prompts, write_set
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
@@ -68,3 +68,40 @@ def test_a_selection_against_a_baseline_says_how_many_prompts_it_did_not_check(p
                                  "with -k, -m, node ids, --deselect, --lf or --sw, or the run stopped) and were not "
                                  "checked; the regression check covers the 20 paired prompts that ran"])
     assert load(pytester.path / "r.json")["datasets"]["mini"]["comparison"]["not_run"] == 10
+
+
+def test_a_session_in_which_no_prompt_ran_says_what_it_fetched_and_writes_no_baseline(pytester: pytest.Pytester,
+                                                                                      mock: Any) -> None:
+    # Your test fails under -x before any prompt test runs, once the calls that started while pytest
+    # collected have all been answered: they are paid for, stored, and a re-run reuses them.
+    stats_url = mock.url.rsplit("/v1", 1)[0] + "/stats"
+    pytester.makepyfile(test_mine=f"""
+        import json, time, urllib.request
+
+        def test_mine():
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                with urllib.request.urlopen({stats_url!r}) as resp:
+                    if json.load(resp)["completions"] >= 10:
+                        break
+                time.sleep(0.05)
+            assert 0, "my own test"
+    """)
+    common = ("--orbench-sample", "5", "--orbench-seed", "5", "--orbench-baseline", "b.json")
+    stopped = pytester.runpytest(*mock_args(mock, *common, "-x", "--orbench-update-baseline"))
+    assert stopped.ret == pytest.ExitCode.TESTS_FAILED and stats(mock.url)["completions"] == 10
+    stopped.stdout.fnmatch_lines([
+        "orbench: no prompt test ran: nothing was judged or compared and no results file was written; 10 replies "
+        "fetched meanwhile are stored, and the next run reuses them",
+        "baseline NOT written: no prompt ran (every prompt test was deselected, or the session stopped before the "
+        "first); a baseline needs every prompt; *b.json is unchanged"])
+    assert not (pytester.path / "b.json").exists()
+    # Only your passing tests selected: pytest alone would exit 0, but the baseline asked for was not written.
+    pytester.makepyfile(test_mine="def test_mine():\n    pass\n")
+    mine = pytester.runpytest(*mock_args(mock, *common, "-k", "test_mine", "--orbench-update-baseline"))
+    assert mine.ret == pytest.ExitCode.TESTS_FAILED and not (pytester.path / "b.json").exists()
+    mine.stdout.fnmatch_lines(["orbench: no prompt ran: nothing was asked, judged or compared; no results file was written",
+                               "baseline NOT written: no prompt ran*"])
+    rerun = pytester.runpytest(*mock_args(mock, *common, "--orbench-update-baseline"))
+    assert rerun.ret == 0 and stats(mock.url)["completions"] == 10  # the replies fetched under -x, reused
+    rerun.stdout.fnmatch_lines(["baseline updated: *b.json (review and commit it)"])
