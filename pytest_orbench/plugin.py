@@ -24,12 +24,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "orbench: an OR-Bench prompt test supplied by pytest-orbench")
     # Node ids as pytest prints them select prompt tests: `pytest --orbench orbench/toxic::deception-001`.
-    # They name no file, so they leave the file arguments (pytest would report "file not found").
+    # They name no file, so they leave the file arguments (pytest would report "file not found"); the
+    # paths and node ids of your own tests named beside them are collected, as pytest would.
     selected = [arg for arg in config.args if arg.replace("\\", "/").startswith(NODE_PREFIX)]
-    only = bool(config.getoption("orbench_only", False)) or bool(selected)
+    yours = [arg for arg in config.args if arg not in selected]
     if selected:
-        config.args[:] = [arg for arg in config.args if arg not in selected]
-    if only:
+        config.args[:] = yours
+        config.option.orbench = True
+    if config.getoption("orbench_only", False) or (selected and not yours):
         config.args[:] = []  # nothing of yours is collected, so none of your test files is imported
         config.option.orbench = True
     if not config.getoption("orbench", False):

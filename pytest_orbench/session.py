@@ -194,9 +194,11 @@ class OrbenchPlugin:
             self._select(config, items)
 
     def _select(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        """Keep the prompt tests named by node ids on the command line (a dataset, or one prompt)."""
+        """Keep the prompt tests named by node ids on the command line (a dataset, or one prompt), and your
+        own tests collected from the paths named beside them."""
         def chosen(item: pytest.Item) -> bool:
-            return any(item.nodeid == s or item.nodeid.startswith(s.rstrip("/") + "::") for s in self.selected)
+            return not isinstance(item, PromptItem) or any(
+                item.nodeid == s or item.nodeid.startswith(s.rstrip("/") + "::") for s in self.selected)
 
         unmatched = [s for s in self.selected if not any(
             i.nodeid == s or i.nodeid.startswith(s.rstrip("/") + "::") for i in items if isinstance(i, PromptItem))]

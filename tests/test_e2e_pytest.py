@@ -105,3 +105,17 @@ def test_a_session_in_which_no_prompt_ran_says_what_it_fetched_and_writes_no_bas
     rerun = pytester.runpytest(*mock_args(mock, *common, "--orbench-update-baseline"))
     assert rerun.ret == 0 and stats(mock.url)["completions"] == 10  # the replies fetched under -x, reused
     rerun.stdout.fnmatch_lines(["baseline updated: *b.json (review and commit it)"])
+
+
+def test_prompt_node_ids_beside_your_own_tests_run_both(pytester: pytest.Pytester, mock: Any) -> None:
+    pytester.makepyfile(test_mine="def test_a():\n    pass\n\ndef test_b():\n    assert 0\n")
+    common = ("--orbench-sample", "3", "--orbench-seed", "5")
+    listed = pytester.runpytest(*mock_args(mock, *common, "--collect-only", "-q"))
+    prompt = next(line for line in listed.stdout.lines if line.startswith("orbench/toxic::"))
+    both = pytester.runpytest(*mock_args(mock, *common, "test_mine.py::test_a", prompt, "-v"))
+    # As pytest does with several node ids: the named test of yours and the named prompt test, nothing else.
+    both.stdout.fnmatch_lines(["test_mine.py::test_a PASSED*", f"{prompt} *"])
+    outcomes = both.parseoutcomes()
+    assert both.ret == 0 and outcomes.get("passed", 0) + outcomes.get("xfailed", 0) == 2
+    assert outcomes["deselected"] == 5 and "test_b" not in both.stdout.str()
+    assert stats(mock.url)["completions"] == 1
