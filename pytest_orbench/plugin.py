@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -57,13 +59,15 @@ def _check_rootdir(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):
         return  # an xdist worker runs in the controller's rootdir, which the controller has checked
     spaced = []
-    invocation = list(config.invocation_params.args)
+    # PYTEST_ADDOPTS is read before the rootdir is chosen, so its values can move it too (ini addopts: after).
+    from_env = shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))
     flags = {o.flag for o in OPTIONS if o.flag and o.kind in ("path", "str", "list")} | {"--orbench-config"}
-    for i, arg in enumerate(invocation[:-1]):
-        value = invocation[i + 1]
-        # Only values that exist on disk can move the rootdir (pytest ignores other "paths").
-        if arg in flags and not value.startswith("-") and (config.invocation_params.dir / value).exists():
-            spaced.append((arg, value))
+    for where, invocation in (("PYTEST_ADDOPTS", from_env), ("", list(config.invocation_params.args))):
+        for i, arg in enumerate(invocation[:-1]):
+            value = invocation[i + 1]
+            # Only values that exist on disk can move the rootdir (pytest ignores other "paths").
+            if arg in flags and not value.startswith("-") and (config.invocation_params.dir / value).exists():
+                spaced.append((arg, value, where))
     if not spaced:
         return
     try:
@@ -76,9 +80,9 @@ def _check_rootdir(config: pytest.Config) -> None:
     except Exception:  # pytest's internals moved: skip the check rather than guess
         return
     if Path(intended) != config.rootpath:
-        flag, value = spaced[0]
+        flag, value, where = spaced[0]
         raise pytest.UsageError(
-            f"pytest-orbench: {flag} {value}: pytest took the value for a test path when it chose the rootdir "
-            f"({config.rootpath} instead of {intended}), so orbench.yaml and relative paths would be read from "
-            f"there. Write it as {flag}={value}"
+            f"pytest-orbench: {flag} {value}{f' (in {where})' if where else ''}: pytest took the value for a test "
+            f"path when it chose the rootdir ({config.rootpath} instead of {intended}), so orbench.yaml and relative "
+            f"paths would be read from there. Write it as {flag}={value}"
         )

@@ -49,7 +49,8 @@ def test_printed_node_ids_select_prompt_tests(pytester: pytest.Pytester, mock: A
 
 
 def test_a_space_form_value_that_would_move_the_rootdir_is_a_usage_error(pytester: pytest.Pytester, mock: Any,
-                                                                         tmp_path_factory: pytest.TempPathFactory) -> None:
+                                                                         tmp_path_factory: pytest.TempPathFactory,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     elsewhere = tmp_path_factory.mktemp("elsewhere") / "b.json"
     elsewhere.write_text("{}", encoding="utf-8")
     pytester.makefile(".yaml", orbench="datasets: toxic\nsample: 2\n")
@@ -59,6 +60,12 @@ def test_a_space_form_value_that_would_move_the_rootdir_is_a_usage_error(pyteste
                                 f"the rootdir*Write it as --orbench-baseline={elsewhere}"])
     joined = pytester.runpytest(*mock_args(mock, f"--orbench-baseline={elsewhere}"))
     joined.stderr.fnmatch_lines(["*is not a pytest-orbench baseline*"])  # read, from the right rootdir
+    # PYTEST_ADDOPTS (a CI job's variable) is read before the rootdir is chosen, just as the command line.
+    monkeypatch.setenv("PYTEST_ADDOPTS", f"--orbench-baseline {elsewhere}")
+    from_env = pytester.runpytest(*mock_args(mock))
+    assert from_env.ret == pytest.ExitCode.USAGE_ERROR and stats(mock.url)["requests"] == 0
+    from_env.stderr.fnmatch_lines([f"*--orbench-baseline {elsewhere} (in PYTEST_ADDOPTS): pytest took the value for a "
+                                   f"test path when it chose the rootdir*Write it as --orbench-baseline={elsewhere}"])
 
 
 def test_readme_target_example_works_as_written(pytester: pytest.Pytester) -> None:
