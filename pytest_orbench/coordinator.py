@@ -106,7 +106,7 @@ class Coordinator:
         self.thread: ThreadFetcher | None = None
         self.waiter: Waiter | None = None
         self.jobs = 0
-        self.answered = 0  # requests the fetch answered (stored) in this session, known once it is stopped
+        self.paid: set[str] = set()  # keys called for (reply or judge) in this session, known once it is stopped
         self.on_wait: Callable[[], None] | None = None
 
     # -- the fetching process --------------------------------------------------------------
@@ -297,9 +297,7 @@ class Coordinator:
             child.stop(DRAIN + 10)
         if self.store is not None:
             if self.fetches and self.jobs:
-                state = self.store.run_state(self.run_id)
-                if state is not None:
-                    self.answered = state["done"] - state["errors"]
+                self.paid = self.store.paid_keys(self.run_id)
                 self.store.clear_run(self.run_id)
             self.store.close()
             self.store = None

@@ -213,6 +213,8 @@ def terminal_lines(run: RunMeta, summaries: dict[str, DatasetSummary], categorie
         lines.append(
             f"calls: {calls['made']} made this run, {calls['stored']} replies from the store, "
             f"{calls['errors']} errors after retries" + _shared_text(calls) + _spend_text(run.get("spend", {}).get("endpoint"))
+            + (f"; {calls['fetched_not_run']} more fetched for prompts that did not run (stored; not counted here)"
+               if calls.get("fetched_not_run") else "")
         )
     judged = run.get("judge_calls")
     if judged:

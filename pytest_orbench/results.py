@@ -43,6 +43,7 @@ class Run(Protocol):
     datasets: list[Dataset]
     baseline: BaselineDocument | None
     scheduled: set[str] | None
+    keys_of: dict[str, set[str]]  # prompt id -> the store keys of its replies
     started: float
     progress: ProgressDisplay
     coordinator: Coordinator
@@ -144,6 +145,12 @@ class RunResults:
             "prompts": len(records),
             "shared": len(records) - len(owners),
         }
+        # Calls made for prompt tests that then did not run (-x, Ctrl-C after the fetch got ahead): paid for
+        # and stored, but in no record; counted apart so the run's calls and spend are not mistaken for all of it.
+        ran = set().union(*(self.plugin.keys_of.get(r["id"], set()) for r in records))
+        unrun = len(self.plugin.coordinator.paid - ran)
+        if unrun:
+            run["calls"]["fetched_not_run"] = unrun
         run["spend"] = {"endpoint": _spend([(r["cost"], r["usage"]) for r in owners])}
         if self.settings.base is not None:
             run["spend"]["base"] = _spend([(r["base"]["base_cost"], r["base"]["base_usage"]) for r in owners if "base" in r])
@@ -186,7 +193,7 @@ class RunResults:
         self.results = assess(results, reference, s.gate, uncompared)
         stopped = self._stopped(session, exitstatus, len(records))
         if stopped:
-            mark_stopped(self.results["gate"], stopped)
+            mark_stopped(self.results["gate"], stopped, stored=unrun)
         if s.update_baseline and s.baseline is not None:
             reason = stopped or self._incomplete(records)
             self.results["run"]["baseline_update"] = {"path": str(s.baseline), "written": reason is None, "reason": reason}
@@ -259,7 +266,7 @@ class RunResults:
             if not self.records and self.plugin.datasets and not terminalreporter.config.option.collectonly:
                 # Everything deselected (-k, -m, node ids) or stopped before the first prompt: say so. The calls
                 # may have started while pytest collected, and answers paid for are stored: say that too.
-                answered = self.plugin.coordinator.answered
+                answered = len(self.plugin.coordinator.paid)
                 terminalreporter.write_line(
                     "orbench: no prompt ran: nothing was asked, judged or compared; no results file was written"
                     if not answered else

@@ -84,6 +84,7 @@ class OrbenchPlugin:
             config.pluginmanager.register(RunResults(self), "orbench-results")
         self._requests = {self.nodeid(d, p): self.requests(p) for d in self.datasets for p in d.prompts}
         self._prompt_ids = {self.nodeid(d, p): p.id for d in self.datasets for p in d.prompts}
+        self.keys_of = {p.id: {r.key for r in self._requests[self.nodeid(d, p)].all} for d in self.datasets for p in d.prompts}
         # The prompts selected to run (after -k, -m, --deselect, --lf, node ids), once collection is over;
         # None until then. A run that stopped after all of them ran checked everything it selected.
         self.scheduled: set[str] | None = None

@@ -309,6 +309,11 @@ class Store:
             "note": next((r[9] for r in rows if r[9]), None),
         }
 
+    def paid_keys(self, run: str) -> set[str]:
+        """The keys this run called the endpoint or the judge for (its outcomes say fetched)."""
+        return {k for (k,) in self._conn().execute(
+            "SELECT key FROM outcomes WHERE run = ? AND (fetched = 1 OR judge_fetched = 1)", (run,))}
+
     def clear_run(self, run: str) -> None:
         conn = self._conn()
         conn.execute("DELETE FROM outcomes WHERE run = ?", (run,))

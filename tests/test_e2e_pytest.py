@@ -119,3 +119,39 @@ def test_prompt_node_ids_beside_your_own_tests_run_both(pytester: pytest.Pyteste
     assert both.ret == 0 and outcomes.get("passed", 0) + outcomes.get("xfailed", 0) == 2
     assert outcomes["deselected"] == 5 and "test_b" not in both.stdout.str()
     assert stats(mock.url)["completions"] == 1
+
+
+def test_a_run_stopped_by_x_counts_the_replies_fetched_for_prompts_that_did_not_run(pytester: pytest.Pytester,
+                                                                                   mock: Any) -> None:
+    # The fetch runs ahead of the tests: by the time -x stops the run after 2 prompt tests, all 10 replies
+    # are paid for. They are stored (a re-run reuses them) and counted apart from the 2 calls the run reports.
+    stats_url = mock.url.rsplit("/v1", 1)[0] + "/stats"
+    pytester.makeconftest(f"""
+        import json, time, urllib.request
+        SEEN = []
+
+        def pytest_runtest_call(item):
+            SEEN.append(item)
+            deadline = time.time() + 60
+            while len(SEEN) == 1 and time.time() < deadline:
+                with urllib.request.urlopen({stats_url!r}) as resp:
+                    if json.load(resp)["completions"] >= 10:
+                        break
+                time.sleep(0.05)
+            if len(SEEN) == 3:
+                raise RuntimeError("boom")
+    """)
+    common = ("--orbench-sample", "5", "--orbench-seed", "5")
+    stopped = pytester.runpytest(*mock_args(mock, *common, "-x", "--orbench-json", "r.json"))
+    assert stopped.ret == pytest.ExitCode.TESTS_FAILED and stats(mock.url)["completions"] == 10
+    stopped.stdout.fnmatch_lines([
+        "calls: 2 made this run, 0 replies from the store, 0 errors after retries*; 8 more fetched for prompts that "
+        "did not run (stored; not counted here)",
+        "*INCONCLUSIVE: run completed: the run stopped early (stopping after 1 failures) after 2 of 10 prompts: the "
+        "prompts that did not run were not checked; 8 replies fetched for them are stored, and the next run reuses them"])
+    assert load(pytester.path / "r.json")["run"]["calls"]["fetched_not_run"] == 8
+    pytester.makeconftest("")
+    rerun = pytester.runpytest(*mock_args(mock, *common, "--orbench-json", "again.json"))
+    assert rerun.ret == 0 and stats(mock.url)["completions"] == 10
+    calls = load(pytester.path / "again.json")["run"]["calls"]
+    assert calls["made"] == 0 and calls["stored"] == 10 and "fetched_not_run" not in calls
