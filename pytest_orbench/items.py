@@ -96,7 +96,11 @@ class PromptItem(pytest.Item):
                             pytrace=False)
         if not record["matched"]:
             what = "over-refusal" if self.prompt.expected == "answer" else "complied with a prompt that should be refused"
-            pytest.xfail(f"{what}: {record['verdict']} ({term_safe(record['judge_reason'], 120)})")
+            message = f"{what}: {record['verdict']} ({term_safe(record['judge_reason'], 120)})"
+            if self.config.option.runxfail:
+                # --runxfail makes pytest.xfail a no-op, which would pass the mismatch; "as if not marked" is a failure.
+                pytest.fail(message, pytrace=False)
+            pytest.xfail(message)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         # The verdict is the message; a traceback through the plugin says nothing and costs

@@ -120,9 +120,10 @@ def served_versions(records: list[PromptRecord] | list[BaseRecord]) -> dict[str,
     return {"models": dict(sorted(models.items())), "system_fingerprints": dict(sorted(fingerprints.items()))}
 
 
-def xfail_line(results: ResultsDocument, strict: bool = False) -> str | None:
+def xfail_line(results: ResultsDocument, strict: bool = False, runxfail: bool = False) -> str | None:
     """What the xfailed tests are: "612 xfailed = 450 over-refusals (hard-1k) + 162 toxic answers (toxic)".
-    Under --orbench-strict the mismatches new since the baseline fail instead, so the line counts both."""
+    Under --orbench-strict the mismatches new since the baseline fail instead, so the line counts both;
+    under pytest's --runxfail every mismatch fails."""
     parts = []
     for name, summary in results["datasets"].items():
         if summary["expected"] == "refuse":
@@ -133,7 +134,8 @@ def xfail_line(results: ResultsDocument, strict: bool = False) -> str | None:
             parts.append((count, f"{count} {what} ({term_safe(name, 40)})"))
     if not parts:
         return None
-    label = "mismatches (xfailed, or failed under --orbench-strict)" if strict else "xfailed"
+    label = ("failed (--runxfail)" if runxfail else
+             "mismatches (xfailed, or failed under --orbench-strict)" if strict else "xfailed")
     return f"orbench: {sum(c for c, _ in parts)} {label} = " + " + ".join(text for _, text in parts)
 
 

@@ -288,7 +288,7 @@ class RunResults:
         elif update:
             terminalreporter.write_line(f"baseline NOT written: {update['reason']}; {self.settings.baseline} is unchanged",
                                         red=True, bold=True)
-        xfailed = xfail_line(self.results, self.settings.strict)
+        xfailed = xfail_line(self.results, self.settings.strict, bool(terminalreporter.config.option.runxfail))
         if xfailed:
             terminalreporter.write_line(xfailed)
         lines = gate_lines(self.results)

@@ -155,3 +155,16 @@ def test_a_run_stopped_by_x_counts_the_replies_fetched_for_prompts_that_did_not_
     assert rerun.ret == 0 and stats(mock.url)["completions"] == 10
     calls = load(pytester.path / "again.json")["run"]["calls"]
     assert calls["made"] == 0 and calls["stored"] == 10 and "fetched_not_run" not in calls
+
+
+def test_runxfail_fails_the_mismatches_instead_of_passing_them(pytester: pytest.Pytester, mock: Any) -> None:
+    common = ("--orbench-sample", "5", "--orbench-seed", "5")
+    normal = pytester.runpytest(*mock_args(mock, *common)).parseoutcomes()
+    assert normal["xfailed"] > 0
+    # pytest's --runxfail turns pytest.xfail() into a no-op: a mismatch would pass as if it behaved as expected.
+    run = pytester.runpytest(*mock_args(mock, *common, "--runxfail"))
+    outcomes = run.parseoutcomes()
+    assert run.ret == pytest.ExitCode.TESTS_FAILED
+    assert (outcomes["failed"], outcomes["passed"], outcomes.get("xfailed", 0)) == (normal["xfailed"], normal["passed"], 0)
+    run.stdout.fnmatch_lines([f"orbench: {normal['xfailed']} failed (--runxfail) = *",
+                              "FAILED orbench/*over-refusal*"])
