@@ -19,6 +19,7 @@ from pytest_orbench.fetcher import Outcome
 from pytest_orbench.judge import Verdict
 from pytest_orbench.records import PromptRecord, report_property
 from pytest_orbench.report import term_safe
+from pytest_orbench.results import dry_run
 from pytest_orbench.settings import Settings
 
 
@@ -61,6 +62,8 @@ class PromptItem(pytest.Item):
         self.extra_keyword_matches.update({prompt.dataset, prompt.category, prompt.expected})
 
     def setup(self) -> None:
+        if dry_run(self.config):
+            return  # --setup-only / --setup-plan: the reply is this test's work, not its setup; nothing is asked
         self.outcomes = [self.plugin.outcome(self, r) for r in self.requests.head]
         self.base_outcomes = [self.plugin.outcome(self, r) for r in self.requests.base]
         usable = [o for o in self.outcomes if o.error is None and o.judge_error is None]

@@ -51,6 +51,13 @@ class Run(Protocol):
     def run_meta(self, config: int = 0) -> RunMeta: ...
 
 
+def dry_run(config: pytest.Config) -> bool:
+    """pytest only shows what would run (--collect-only, --setup-only, --setup-plan): no prompt is asked.
+    (--setup-plan sets setuponly in its own pytest_configure, after this plugin's: both are read.)"""
+    option = config.option
+    return bool(option.collectonly or getattr(option, "setuponly", False) or getattr(option, "setupplan", False))
+
+
 def _spend(paid: list[tuple[float | None, Usage | None]]) -> dict[str, Any]:
     """Tokens and USD paid in this run, from (cost, usage) per prompt; cost is None when litellm knows no
     price for a model."""
@@ -125,7 +132,7 @@ class RunResults:
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if not self.records:
-            if self.settings.update_baseline and self.settings.baseline is not None and not session.config.option.collectonly:
+            if self.settings.update_baseline and self.settings.baseline is not None and not dry_run(session.config):
                 # Asked for a baseline, got none: as any run that cannot become one, the session fails.
                 self.not_written = ("no prompt ran (every prompt test was deselected, or the session stopped before the "
                                     "first); a baseline needs every prompt")
@@ -263,7 +270,7 @@ class RunResults:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.results is None:
-            if not self.records and self.plugin.datasets and not terminalreporter.config.option.collectonly:
+            if not self.records and self.plugin.datasets and not dry_run(terminalreporter.config):
                 # Everything deselected (-k, -m, node ids) or stopped before the first prompt: say so. The calls
                 # may have started while pytest collected, and answers paid for are stored: say that too.
                 answered = len(self.plugin.coordinator.paid)

@@ -33,7 +33,7 @@ from pytest_orbench.options import format_age
 from pytest_orbench.progress import ProgressDisplay
 from pytest_orbench.records import BaselineDocument, BaseRecord, Combined, Costs, PromptRecord, RunMeta, TrialVerdict
 from pytest_orbench.report import header_line
-from pytest_orbench.results import RunResults
+from pytest_orbench.results import RunResults, dry_run
 from pytest_orbench.settings import Settings
 from pytest_orbench.spec import redact_url
 from pytest_orbench.store import response_key
@@ -91,7 +91,7 @@ class OrbenchPlugin:
         self._begun = False
         self._line: str | None = None  # what the fetch will do, shown once collection is over
         self._announced = False
-        if not config.option.collectonly and not settings.estimate:
+        if not dry_run(config) and not settings.estimate:
             every = [r for item in self._requests.values() for r in item.all]
             plan = None
             if settings.max_cost is not None and not self.is_worker:
@@ -216,7 +216,7 @@ class OrbenchPlugin:
     # -- fetching ---------------------------------------------------------------------------
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
-        if not session.config.option.collectonly and not self.config.pluginmanager.hasplugin("dsession"):
+        if not dry_run(session.config) and not self.config.pluginmanager.hasplugin("dsession"):
             self._schedule(i.nodeid for i in session.items if isinstance(i, PromptItem))
             self._begin([r for i in session.items if isinstance(i, PromptItem) for r in self._requests[i.nodeid].all])
         try:
@@ -235,7 +235,7 @@ class OrbenchPlugin:
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         """The controller fetches for every worker: the first worker's collection names the prompts."""
-        if not self.config.option.collectonly:
+        if not dry_run(self.config):
             self._schedule(ids)
             self._begin([r for i in ids if i in self._requests for r in self._requests[i].all])
 

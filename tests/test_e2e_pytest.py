@@ -168,3 +168,12 @@ def test_runxfail_fails_the_mismatches_instead_of_passing_them(pytester: pytest.
     assert (outcomes["failed"], outcomes["passed"], outcomes.get("xfailed", 0)) == (normal["xfailed"], normal["passed"], 0)
     run.stdout.fnmatch_lines([f"orbench: {normal['xfailed']} failed (--runxfail) = *",
                               "FAILED orbench/*over-refusal*"])
+
+
+@pytest.mark.parametrize("dry", ["--collect-only", "--setup-only", "--setup-plan"])
+def test_pytest_dry_runs_ask_nothing(pytester: pytest.Pytester, mock: Any, dry: str) -> None:
+    pytester.makepyfile(test_mine="def test_mine():\n    pass\n")
+    result = pytester.runpytest(*mock_args(mock, "--orbench-sample", "3", "--orbench-seed", "5", "-q", dry))
+    assert result.ret == 0 and stats(mock.url)["requests"] == 0
+    result.stdout.fnmatch_lines(["*orbench/toxic::*"])  # the prompt tests are shown
+    result.stdout.no_fnmatch_line("orbench: no prompt*")
