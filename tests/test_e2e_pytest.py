@@ -40,7 +40,8 @@ def test_your_failing_test_after_every_prompt_ran_under_x_leaves_the_run_complet
     assert (pytester.path / "b.json").is_file()
 
 
-def test_a_run_stopped_by_x_counts_the_prompts_it_selected(pytester: pytest.Pytester, mock: Any) -> None:
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_run_stopped_by_x_counts_the_prompts_it_selected(pytester: pytest.Pytester, mock: Any, workers: str) -> None:
     pytester.makeconftest("""
         SEEN = []
         def pytest_runtest_call(item):
@@ -48,12 +49,14 @@ def test_a_run_stopped_by_x_counts_the_prompts_it_selected(pytester: pytest.Pyte
             if len(SEEN) == 3:
                 raise RuntimeError("boom")
     """)
-    result = pytester.runpytest(*mock_args(mock, "--orbench-sample", "5", "--orbench-seed", "5", "-k", "hard-1k",
-                                           "-x", "--orbench-json", "r.json"))
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
-    # 5 of the 10 sampled prompts were selected (-k hard-1k); -x stopped the run after 2 of them.
-    result.stdout.fnmatch_lines(["*INCONCLUSIVE: run completed: the run stopped early (stopping after 1 failures) "
-                                 "after 2 of 5 prompts*"])
+    args = mock_args(mock, "--orbench-sample", "5", "--orbench-seed", "5", "-k", "hard-1k", "-x", "-n", workers,
+                     "--orbench-json", "r.json")
+    result = pytester.runpytest_subprocess(*args) if workers != "0" else pytester.runpytest(*args)
+    # -x under xdist ends the session as interrupted (xdist's way), after some of the prompts each worker ran.
+    assert result.ret == (pytest.ExitCode.TESTS_FAILED if workers == "0" else pytest.ExitCode.INTERRUPTED)
+    # 5 of the 10 sampled prompts were selected (-k hard-1k); -x stopped the run after 2 of them (one process).
+    ran = "2" if workers == "0" else "*"
+    result.stdout.fnmatch_lines([f"*INCONCLUSIVE: run completed: the run * after {ran} of 5 prompts*"])
     assert load(pytester.path / "r.json")["gate"]["verdict"] == "inconclusive"
 
 
