@@ -38,6 +38,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.orbench = True
     if not config.getoption("orbench", False):
         return  # installed but not enabled: no settings, no datasets, no litellm
+    if config.option.help:
+        return  # `pytest --orbench --help` shows the help, even while orbench.yaml or a key is wrong
     _check_rootdir(config)
     # Imported only when enabled: settings bring yaml, the gate, the store and the baseline.
     from pytest_orbench.session import OrbenchPlugin

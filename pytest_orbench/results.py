@@ -51,11 +51,14 @@ class Run(Protocol):
     def run_meta(self, config: int = 0) -> RunMeta: ...
 
 
+# pytest options after which it only shows something (what would run, fixtures, markers) and runs no test.
+# (--setup-plan sets setuponly in its own pytest_configure, after this plugin's: both are read.)
+DRY_RUN_OPTIONS = ("collectonly", "setuponly", "setupplan", "showfixtures", "show_fixtures_per_test", "markers", "help")
+
+
 def dry_run(config: pytest.Config) -> bool:
-    """pytest only shows what would run (--collect-only, --setup-only, --setup-plan): no prompt is asked.
-    (--setup-plan sets setuponly in its own pytest_configure, after this plugin's: both are read.)"""
-    option = config.option
-    return bool(option.collectonly or getattr(option, "setuponly", False) or getattr(option, "setupplan", False))
+    """pytest runs no test in this session (--collect-only, --setup-plan, --fixtures, ...): no prompt is asked."""
+    return any(getattr(config.option, name, False) for name in DRY_RUN_OPTIONS)
 
 
 def _spend(paid: list[tuple[float | None, Usage | None]]) -> dict[str, Any]:

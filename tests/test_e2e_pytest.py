@@ -173,10 +173,20 @@ def test_runxfail_fails_the_mismatches_instead_of_passing_them(pytester: pytest.
                               "FAILED orbench/*over-refusal*"])
 
 
-@pytest.mark.parametrize("dry", ["--collect-only", "--setup-only", "--setup-plan"])
+@pytest.mark.parametrize("dry", ["--collect-only", "--setup-only", "--setup-plan", "--fixtures", "--fixtures-per-test",
+                                 "--markers"])
 def test_pytest_dry_runs_ask_nothing(pytester: pytest.Pytester, mock: Any, dry: str) -> None:
     pytester.makepyfile(test_mine="def test_mine():\n    pass\n")
     result = pytester.runpytest(*mock_args(mock, "--orbench-sample", "3", "--orbench-seed", "5", "-q", dry))
     assert result.ret == 0 and stats(mock.url)["requests"] == 0
-    result.stdout.fnmatch_lines(["*orbench/toxic::*"])  # the prompt tests are shown
+    assert not (pytester.path / ".orbench").exists()  # no fetch was planned, so the store was not even opened
+    if dry in ("--collect-only", "--setup-plan"):
+        result.stdout.fnmatch_lines(["*orbench/toxic::*"])  # the prompt tests are shown
     result.stdout.no_fnmatch_line("orbench: no prompt*")
+
+
+def test_help_shows_while_the_settings_are_wrong(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY")
+    result = pytester.runpytest("--orbench", "--orbench-model", "openai/gpt-4o-mini", "--help")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*--orbench-model*"])
