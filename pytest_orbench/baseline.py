@@ -10,6 +10,8 @@ from typing import Any, cast
 from pytest_orbench import __version__
 from pytest_orbench.jsonfile import dumps, write_atomic
 from pytest_orbench.records import (
+    BASELINE_SCHEMA,
+    RESULTS_SCHEMA,
     BaselineDocument,
     BaselinePrompt,
     Comparison,
@@ -20,7 +22,6 @@ from pytest_orbench.records import (
 from pytest_orbench.schema import objects_problem, prompts_problem, run_problem
 from pytest_orbench.stats import detectable_increase, mcnemar_p, paired_diff_ci, paired_share_diff_ci, sign_flip_p
 
-BASELINE_SCHEMA = "pytest-orbench/baseline"
 BASELINE_SCHEMA_VERSION = 1
 PROMPT_FIELDS = ("id", "dataset", "category", "prompt_sha256", "verdict", "refused", "refused_share", "refused_trials",
                  "scored_trials")
@@ -56,6 +57,24 @@ def save_baseline(path: Path, results: ResultsDocument) -> BaselineDocument:
     return document
 
 
+def replace_problem(path: Path) -> str | None:
+    """Why --orbench-update-baseline must not replace the file at `path` (None: it may): it holds something
+    else than a baseline, such as a results file or a config given by mistake. A damaged baseline (merge
+    conflict markers, a bad hand edit) still names its schema, and is replaced as asked."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot read {path}: {exc.strerror}"
+    if not data.strip() or BASELINE_SCHEMA.encode() in data:
+        return None
+    what = ("a results file (--orbench-json)" if RESULTS_SCHEMA.encode() in data else
+            "not a pytest-orbench baseline")
+    return (f"--orbench-update-baseline would replace {path}, which is {what}: give the baseline's own path "
+            "(e.g. baselines/prod.json), or delete that file first if it is really to be replaced")
+
+
 def load_baseline(path: Path) -> BaselineDocument:
     try:
         text = path.read_text(encoding="utf-8")
@@ -71,6 +90,10 @@ def load_baseline(path: Path) -> BaselineDocument:
             f"baseline {path} is not valid JSON (line {exc.lineno}: {exc.msg}); "
             "restore it from git or regenerate it with --orbench-update-baseline"
         ) from None
+    if isinstance(data, dict) and data.get("schema") == RESULTS_SCHEMA:
+        raise BaselineError(f"{path} is a results file (--orbench-json), not a baseline: write the baseline with "
+                            "--orbench-baseline PATH --orbench-update-baseline (orbench compare takes the baseline "
+                            "first: orbench compare BASELINE.json RESULTS.json)")
     if not isinstance(data, dict) or data.get("schema") != BASELINE_SCHEMA:
         raise BaselineError(f"{path} is not a pytest-orbench baseline (no \"schema\": \"{BASELINE_SCHEMA}\")")
     if data.get("schema_version") != BASELINE_SCHEMA_VERSION:

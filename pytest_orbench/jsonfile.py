@@ -65,6 +65,38 @@ def write_atomic(path: Path, text: str) -> None:
             os.unlink(tmp)
 
 
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def output_problem(outputs: Mapping[str, Path | None], inputs: Mapping[str, Path | None] | None = None) -> str | None:
+    """Why the files to write (`outputs`: the option that names each, its path) could not be written as asked,
+    found before any work is done or paid for; None when they can. A folder at the path, a file where its
+    folder should be, a folder that cannot be written, two outputs on one file (the second would replace the
+    first), or an output on a file the run reads (`inputs`: a baseline, a dataset), which it would replace."""
+    written: dict[Path, str] = {}
+    read = {p.resolve(): label for label, p in (inputs or {}).items() if p is not None}
+    for label, path in outputs.items():
+        if path is None:
+            continue
+        full = path.resolve()
+        if full.is_dir():
+            return f"{label} {path} is a folder: give the path of a file to write (in it, or elsewhere)"
+        above = _nearest_existing(full.parent)
+        if not above.is_dir():
+            return f"{label} {path}: {above} is a file, not a folder; give a path in a folder"
+        if not os.access(above, os.W_OK | os.X_OK):
+            return f"{label} {path}: cannot write in {above} (permission denied); give a path in a folder you can write"
+        if full in written:
+            return f"{written[full]} and {label} both name {path}: the second would replace the first; give each its own file"
+        if full in read:
+            return f"{label} {path} is the input file given as {read[full]}: writing it would replace that file; give another path"
+        written[full] = label
+    return None
+
+
 def write_json(path: Path, data: Mapping[str, Any], records_key: str = "prompts") -> None:
     write_atomic(path, dumps(data, records_key))
 

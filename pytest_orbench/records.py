@@ -15,6 +15,7 @@ from typing import Any, NotRequired, TypedDict, cast
 from pytest_orbench.schema import prompts_problem, run_problem, summaries_problem
 
 RESULTS_SCHEMA = "pytest-orbench/results"
+BASELINE_SCHEMA = "pytest-orbench/baseline"
 RESULTS_SCHEMA_VERSION = 1
 REPORT_PROPERTY = "orbench"
 
@@ -279,6 +280,9 @@ def load_results(path: Path) -> ResultsDocument:
         raise ResultsError(f"cannot read {path}: {exc.strerror}") from None
     except ValueError as exc:
         raise ResultsError(f"{path} is not JSON: {exc}") from None
+    if isinstance(data, dict) and data.get("schema") == BASELINE_SCHEMA:
+        raise ResultsError(f"{path} is a baseline (--orbench-update-baseline), not a results file (--orbench-json); "
+                           "orbench compare takes the baseline first: orbench compare BASELINE.json RESULTS.json")
     if not isinstance(data, dict) or data.get("schema") != RESULTS_SCHEMA:
         raise ResultsError(f"{path} is not a pytest-orbench results file (schema {RESULTS_SCHEMA!r} expected)")
     if data.get("schema_version") != RESULTS_SCHEMA_VERSION:

@@ -20,6 +20,7 @@ import yaml
 
 from pytest_orbench.dataset import BUILTINS, DatasetError, DatasetSpec, parse_spec, spec_from_mapping
 from pytest_orbench.gate import GateConfig, GateConfigError, parse_gate
+from pytest_orbench.markdown import MIN_MARKDOWN_CHARS
 from pytest_orbench.options import BY_KEY, MAX_TRIALS, OPTIONS, Option, parse_age
 from pytest_orbench.spec import LoadError, ModelSpec, load_callable, public_kwargs, secret_problem
 
@@ -318,7 +319,7 @@ def build_settings(config: pytest.Config) -> Settings:
     folders = [config.rootpath, *([config_file.parent] if config_file else [])]
     if values["target"]:
         _check_target(values["target"], folders)
-    for key, low in (("concurrency", 1), ("max_tokens", 1), ("retries", 0), ("sample", 1), ("markdown_max_chars", 2000),
+    for key, low in (("concurrency", 1), ("max_tokens", 1), ("retries", 0), ("sample", 1), ("markdown_max_chars", MIN_MARKDOWN_CHARS),
                      ("trials", 1)):
         if values[key] is not None and values[key] < low:
             raise _fail(f"{key} must be at least {low}, got {values[key]}")
@@ -420,10 +421,31 @@ def build_settings(config: pytest.Config) -> Settings:
         max_cost=values["max_cost"],
         batch=batch,
     )
+    _check_files(settings, prompt_file)
     base = _base(values, bases, settings)
     if batch is not None and base is not None and base.model is not None:
         _check_batch_model(base.model, "base model")
     return replace(settings, base=base) if base is not None else settings
+
+
+def _check_files(s: Settings, prompt_file: Path | None) -> None:
+    """The files the run will write, checked before any call: a folder or an unwritable place there would
+    otherwise surface only after every call was paid for, and two of them on one path, or one on a file the
+    run reads (the baseline, a dataset, the system prompt), would silently replace the other."""
+    from pytest_orbench.baseline import replace_problem
+    from pytest_orbench.jsonfile import output_problem
+    from pytest_orbench.store import store_problem
+
+    problem = store_problem(s.store, "--orbench-store")
+    update = s.baseline if s.update_baseline else None
+    outputs = {"--orbench-json": s.json, "--orbench-markdown": s.markdown, "--orbench-svg": s.svg,
+               "--orbench-junit": s.junit, "--orbench-baseline (--orbench-update-baseline)": update}
+    inputs = {"--orbench-baseline": None if update else s.baseline, "--orbench-config": s.config_file,
+              "--orbench-system-prompt-file": prompt_file,
+              **{f"--orbench-datasets {d.name}": d.path for d in s.datasets if d.path is not None}}
+    problem = problem or output_problem(outputs, inputs) or (replace_problem(update) if update else None)
+    if problem:
+        raise _fail(problem)
 
 
 def _batch(values: dict[str, Any]) -> BatchSettings | None:

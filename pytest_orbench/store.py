@@ -91,6 +91,19 @@ def _with_age(text: str, created: float) -> dict[str, Any]:
     return record
 
 
+def store_problem(directory: Path, label: str) -> str | None:
+    """Why `directory` cannot hold a store (named by the option `label`), found before any call; None if it can."""
+    above = directory
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        what = "is a file" if above == directory else f"is inside {above}, which is a file"
+        return f"{label} {directory} {what}: the response store is a folder; give a folder path (default .orbench)"
+    if not os.access(above, os.W_OK | os.X_OK):
+        return f"{label} {directory}: cannot write in {above} (permission denied); give a folder you can write"
+    return None
+
+
 class Store:
     """SQLite in WAL mode: each reply is committed as it arrives, so a killed run loses nothing paid for."""
 

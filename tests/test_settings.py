@@ -171,3 +171,44 @@ def test_env_references_and_plain_headers_are_not_secrets_and_never_public() -> 
     assert ModelSpec("openai/m", params=public_kwargs(other), call_kwargs=other).key(prompt="p") == spec.key(prompt="p")
     renamed = {**kwargs, "extra_headers": {"X-Other": "search"}}
     assert ModelSpec("openai/m", params=public_kwargs(renamed)).key(prompt="p") != spec.key(prompt="p")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--orbench-json", "out"], "--orbench-json *out is a folder: give the path of a file to write*"),
+    (["--orbench-markdown", "out"], "--orbench-markdown *out is a folder*"),
+    (["--orbench-svg", "notes.txt/chart.svg"], "--orbench-svg *chart.svg: *notes.txt is a file, not a folder*"),
+    (["--orbench-json", "r.json", "--orbench-junit", "r.json"],
+     "--orbench-json and --orbench-junit both name *r.json: the second would replace the first*"),
+    (["--orbench-baseline", "b.json", "--orbench-json", "b.json"],
+     "--orbench-json *b.json is the input file given as --orbench-baseline: writing it would replace that file*"),
+    (["--orbench-system-prompt-file", "notes.txt", "--orbench-markdown", "notes.txt"],
+     "*is the input file given as --orbench-system-prompt-file*"),
+    (["--orbench-baseline", "out", "--orbench-update-baseline"], "--orbench-baseline (--orbench-update-baseline) *out is a folder*"),
+    (["--orbench-baseline", "results.json", "--orbench-update-baseline"],
+     "--orbench-update-baseline would replace *results.json, which is a results file (--orbench-json): give the baseline's own path*"),
+    (["--orbench-baseline", "notes.txt", "--orbench-update-baseline"], "*notes.txt, which is not a pytest-orbench baseline*"),
+    (["--orbench-store", "notes.txt"], "--orbench-store *notes.txt is a file: the response store is a folder*"),
+])
+def test_files_the_run_would_write_are_checked_before_any_call(pytester: pytest.Pytester, mock: Any,
+                                                               args: list[str], message: str) -> None:
+    # Once: a traceback (or INTERNALERROR) after every call was paid for, or a results file, a config or the
+    # baseline silently replaced.
+    pytester.mkdir("out")
+    pytester.path.joinpath("notes.txt").write_text("Be brief.", encoding="utf-8")
+    results = '{"schema": "pytest-orbench/results", "prompts": []}\n'
+    pytester.path.joinpath("results.json").write_text(results, encoding="utf-8")
+    pytester.path.joinpath("b.json").write_text('{"schema": "pytest-orbench/baseline"}', encoding="utf-8")
+    result = pytester.runpytest(*mock_args(mock, "--orbench-sample", "2", *args))
+    usage_error(result, message)
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    assert stats(mock.url)["requests"] == 0
+    assert pytester.path.joinpath("results.json").read_text(encoding="utf-8") == results
+    assert pytester.path.joinpath("notes.txt").read_text(encoding="utf-8") == "Be brief."
+
+
+def test_a_damaged_baseline_is_still_replaced_on_request(pytester: pytest.Pytester, mock: Any) -> None:
+    conflicted = '<<<<<<< HEAD\n{"schema": "pytest-orbench/baseline", "prompts": [\n=======\n>>>>>>> main\n'
+    pytester.path.joinpath("b.json").write_text(conflicted, encoding="utf-8")
+    args = ("--orbench-datasets", "toxic", "--orbench-sample", "3", "--orbench-seed", "1")
+    assert pytester.runpytest(*mock_args(mock, *args, "--orbench-baseline", "b.json", "--orbench-update-baseline")).ret == 0
+    assert '"schema": "pytest-orbench/baseline"' in pytester.path.joinpath("b.json").read_text(encoding="utf-8")
