@@ -111,6 +111,8 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
     sizes: list[tuple[str, Comparison, float, float, bool]] = []  # regression checks: name, comparison, alpha,
     # tolerance, whether some of the run's prompts were not compared
     selected = {name: meta.get("selected") for name, meta in ((results.get("run") or {}).get("datasets") or {}).items()}
+    live = (results.get("run") or {}).get("compared_with") == "live base"
+    base_sets = (results.get("base") or {}).get("datasets") or {} if live else {}
     for name, summary in results["datasets"].items():
         limits = config.limits(name)
         total = summary["total"]
@@ -130,6 +132,19 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
             + f" ({100 * error_share:.1f}%, budget {100 * config.error_budget:.1f}%)"
             + ("; too many to conclude anything" if over else ""),
         ))
+        base = base_sets.get(name)
+        if base is not None:
+            # The live base's replies are half of every pair: its errors leave prompts unpaired, as the run's do.
+            base_missing = total - base["n"]
+            base_share = base_missing / total if total else 0.0
+            base_over = base_share > config.error_budget
+            checks.append(_check(
+                f"{name} live base error budget", name, "errors", base_share, config.error_budget,
+                "inconclusive" if base_over else "pass",
+                f"{base_missing} of {total} prompts got no verdict under the live base "
+                f"({100 * base_share:.1f}%, budget {100 * config.error_budget:.1f}%)"
+                + (f"; most common error: {_common_error(results, name)}" if base_over else ""),
+            ))
         rate = summary["rejection_rate"]
         for bound, limit in (("max", limits.max_rejection), ("min", limits.min_rejection)):
             if limit is None:
@@ -160,6 +175,7 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
         check["p_value"], check["alpha"] = comparison["p_value"], alpha
         check["tolerance_pp"], check["comparison"] = tolerance, comparison
         check["replied"] = total - summary["errors"] - unscored  # prompts with a verdict: all 0, all errored
+        check["base_replied"] = base["n"] if base is not None else None  # the live base's, likewise
         checks.append(check)
         # A full run against a sampled (or otherwise smaller) baseline is compared on the shared prompts only:
         # as much a sample as a sampled run, and the rest were not checked at all.
@@ -191,6 +207,18 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
     return result
 
 
+def _common_error(results: ResultsDocument, dataset: str) -> str:
+    """The live base's most common error on a dataset's prompts, with its count."""
+    from collections import Counter
+
+    errors = Counter(str(p["base"].get("error") or "no verdict")[:200] for p in results["prompts"]
+                     if p["dataset"] == dataset and isinstance(p.get("base"), dict) and p["base"].get("refused") is None)
+    if not errors:
+        return "none recorded"
+    text, count = errors.most_common(1)[0]
+    return f"{text} ({count}x)"
+
+
 def _decide_regressions(checks: list[GateCheck]) -> None:
     """Holm across every regression check of the run: each fails when it is beyond its tolerance and
     its adjusted p is below its alpha. One-sided p = 1 means no change in the regression direction."""
@@ -199,7 +227,7 @@ def _decide_regressions(checks: list[GateCheck]) -> None:
     for check, p_adjusted in zip(checks, adjusted):
         comparison = check.pop("comparison")
         worse, tolerance, alpha, p = check["observed"], check.pop("tolerance_pp"), check["alpha"], check["p_value"]
-        replied = check.pop("replied")
+        replied, base_replied = check.pop("replied"), check.pop("base_replied")
         assert worse is not None  # a regression check always observes a delta
         check["p_adjusted"] = comparison["p_adjusted"] = p_adjusted
         # A check that could not fail is not a check: with n paired prompts the smallest one-sided p is
@@ -210,6 +238,12 @@ def _decide_regressions(checks: list[GateCheck]) -> None:
             check["outcome"] = "inconclusive"
             check["message"] = ("nothing was compared: every prompt of this run errored or went unscored "
                                 "(see the errors reported for it), so no reply was judged")
+            continue
+        if n == 0 and base_replied == 0:
+            # The live base got no verdict at all (its endpoint down, its key rejected): not a sampling mismatch.
+            check["outcome"] = "inconclusive"
+            check["message"] = ("nothing was compared: every prompt errored or went unscored under the live base "
+                                "(see its error budget check), so no pair could be judged")
             continue
         if 0.5 ** n >= alpha:
             check["outcome"] = "inconclusive"

@@ -215,6 +215,7 @@ class GateCheck(TypedDict):
     tolerance_pp: NotRequired[float]  # while deciding (gate._decide_regressions), then dropped
     comparison: NotRequired[Comparison]  # while deciding, then dropped
     replied: NotRequired[int]  # while deciding: the dataset's prompts with a verdict, then dropped
+    base_replied: NotRequired[int | None]  # while deciding: the same under the live base (None: no live base)
 
 
 class GateResult(TypedDict):

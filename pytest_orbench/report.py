@@ -190,6 +190,10 @@ def terminal_lines(run: RunMeta, summaries: dict[str, DatasetSummary], categorie
         rows = [[against, "n", "base" if against == "vs live base" else "baseline", "current", "delta", "95% CI", "p", "p adj.", "newly refused",
                  "newly answered"]]
         for name, c in compared:
+            if not c["n"]:  # no paired prompt (every reply errored on one side): a delta of +0.0 pp would be made up
+                rows.append([term_safe(name, 40), "0", "n/a", pct(summaries[name]["rejection_rate"]), "nothing compared",
+                             "", "", "", "", ""])
+                continue
             lo, hi = c["delta_ci95"]
             rows.append([term_safe(name, 40), str(c["n"]), pct(c["baseline_rate"]), pct(c["rate"]), pp(c["delta"]),
                          f"[{100 * lo:+.1f}, {100 * hi:+.1f}] pp", f"{c['p_value']:.3g}", _adjusted(c),

@@ -533,3 +533,48 @@ def test_trade_off_chart_shows_the_change_the_table_shows() -> None:
     assert (comparison["n"], comparison["rate"], comparison["delta"]) == (90, 0.0, 0.0)
     assert "current: 0.0%, 100.0%</title>" in tradeoff_svg(results)
     assert "current: [0.000, 1.000]" in render_markdown(results)
+
+
+def _live_base(now: dict[str, Any], base_flags: list[bool | None], error: str) -> dict[str, Any]:
+    """`now` compared with a live base whose replies were `base_flags` (None: that call errored)."""
+    base = make_results({"hard-1k": base_flags})
+    now["run"]["compared_with"] = "live base"
+    now["base"] = {"run": {"endpoint": "openai/base"},
+                   "datasets": {n: {k: d[k] for k in ("n", "refused", "rejection_rate", "ci95", "errors", "flaky")}
+                                for n, d in base["datasets"].items()}}
+    for prompt, flag in zip(now["prompts"], base_flags):
+        prompt["base"] = {"verdict": "error" if flag is None else "direct_answer", "refused": flag,
+                          "error": error if flag is None else None}
+    return assess(now, baseline_document(base), parse_gate({}))
+
+
+def test_a_live_base_that_got_no_reply_is_named_not_taken_for_a_sampling_mismatch() -> None:
+    # Once: "no prompt of this run is in the baseline ... run the baseline's prompts" and the base's 20
+    # DNS errors counted nowhere (the run's error budget passed, `calls` said 0 errors).
+    gate = _live_base(make_results({"hard-1k": [False] * 20}), [None] * 20, "DNS lookup failed for api.example")["gate"]
+    checks = {c["name"]: c for c in gate["checks"]}
+    assert gate["verdict"] == "inconclusive"
+    budget = checks["hard-1k live base error budget"]
+    assert budget["outcome"] == "inconclusive" and budget["observed"] == 1.0
+    assert budget["message"].endswith("most common error: DNS lookup failed for api.example (20x)")
+    regression = checks["hard-1k regression (more refusals)"]
+    assert regression["outcome"] == "inconclusive"
+    assert regression["message"].startswith("nothing was compared: every prompt errored or went unscored under the live base")
+    assert "baseline's prompts" not in regression["message"]
+
+
+def test_a_live_base_that_errored_beyond_the_budget_is_inconclusive_within_it_compares() -> None:
+    half = _live_base(make_results({"hard-1k": [False] * 40}), [False] * 20 + [None] * 20, "HTTP 503")["gate"]
+    assert half["verdict"] == "inconclusive"  # once a pass on the 20 pairs left, the other half unmentioned
+    one = _live_base(make_results({"hard-1k": [False] * 100}), [False] * 99 + [None], "HTTP 503")["gate"]
+    assert one["verdict"] == "pass"
+    assert {c["name"]: c["outcome"] for c in one["checks"]}["hard-1k live base error budget"] == "pass"
+
+
+def test_terminal_table_shows_no_made_up_delta_when_nothing_was_paired() -> None:
+    from pytest_orbench.report import terminal_lines
+
+    results = assess(make_results({"hard-1k": [None] * 10}), baseline_document(make_results({"hard-1k": [False] * 10})),
+                     parse_gate({}))
+    row = next(line for line in terminal_lines(results["run"], results["datasets"]) if line.startswith("hard-1k      0"))
+    assert "nothing compared" in row and "+0.0 pp" not in row and "-100.0" not in row
