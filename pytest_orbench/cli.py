@@ -25,6 +25,10 @@ def _mock_server(args: argparse.Namespace) -> int:
     if unknown:
         print(f"orbench mock-server: unknown fault kind(s) {unknown}; use 429,500,502,503,timeout,malformed,not_completion,disconnect", file=sys.stderr)
         return 2
+    problem = _mock_problem(args)
+    if problem:
+        print(f"orbench mock-server: {problem}", file=sys.stderr)
+        return 2
     config = MockConfig(
         strictness=defaults.strictness if args.strictness is None else args.strictness, latency=args.latency, jitter=args.jitter,
         api_key=os.environ.get(args.api_key_env) if args.api_key_env else None,
@@ -42,7 +46,13 @@ def _mock_server(args: argparse.Namespace) -> int:
         required_header=((args.require_header, os.environ.get(args.require_header_env, ""))
                          if args.require_header and args.require_header_env else None),
     )
-    server = MockServer(config, host=args.host, port=args.port)
+    try:
+        server = MockServer(config, host=args.host, port=args.port)
+    except (OSError, OverflowError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        print(f"orbench mock-server: cannot listen on {args.host}:{args.port} ({reason}); pick another --port "
+              "(0: any free port, written to --port-file) or --host", file=sys.stderr)
+        return 2
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     print(f"orbench mock-server (a simulator, not a model) listening on {server.url}", flush=True)
     if args.port_file:
@@ -57,9 +67,44 @@ def _mock_server(args: argparse.Namespace) -> int:
     return 0
 
 
+RATES = ("fault_rate", "content_filter_rate", "empty_rate", "noise", "ambiguous_rate", "judge_unscored_rate",
+         "gen_toxic_share", "gen_duplicate_rate", "gen_moderator_flip", "gen_unparseable_rate", "batch_fail_rate",
+         "batch_expire_share", "strictness")
+
+
+def _mock_problem(args: argparse.Namespace) -> str | None:
+    """The simulator's options checked before it listens: shares in [0, 1], a port that exists, a key
+    variable that is set (an unset one would silently accept any key), a --port-file that can be written."""
+    from pytest_orbench.jsonfile import output_problem
+
+    for name in RATES:
+        value = getattr(args, name)
+        if value is not None and not 0 <= value <= 1:
+            return f"--{name.replace('_', '-')} is a share between 0 and 1, got {value}"
+    for name in ("latency", "jitter", "retry_after", "hang"):
+        if getattr(args, name) < 0:
+            return f"--{name.replace('_', '-')} must be 0 or more seconds, got {getattr(args, name)}"
+    if not 0 <= args.port <= 65535:
+        return f"--port must be between 0 and 65535 (0: any free port, written to --port-file), got {args.port}"
+    for flag, var in (("--api-key-env", args.api_key_env), ("--require-header-env", args.require_header_env)):
+        if var and not os.environ.get(var):
+            return f"{flag} names ${var}, which is not set: export {var}=... first"
+    if bool(args.require_header) != bool(args.require_header_env):
+        return "--require-header and --require-header-env go together: the header's name and the variable holding its value"
+    return output_problem({"--port-file": Path(args.port_file) if args.port_file else None})
+
+
 def _fail(message: str) -> int:
     print(f"orbench: {message}", file=sys.stderr)
     return 2
+
+
+def _at_least(args: argparse.Namespace, name: str, low: int) -> str | None:
+    """The problem with an integer option below its smallest sensible value (None: there is none)."""
+    value = getattr(args, name)
+    if value is not None and value < low:
+        return f"--{name.replace('_', '-')} must be at least {low}, got {value}"
+    return None
 
 
 def _load_results(path: Path) -> ResultsDocument:
@@ -113,23 +158,32 @@ def _batches(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     from pytest_orbench.baseline import BaselineError, load_baseline
     from pytest_orbench.gate import GateConfigError, assess, parse_gate
+    from pytest_orbench.jsonfile import output_problem
+    from pytest_orbench.markdown import MIN_MARKDOWN_CHARS
     from pytest_orbench.outputs import write_outputs
     from pytest_orbench.report import gate_lines, terminal_lines
     from pytest_orbench.settings import load_yaml_file
 
+    paths = {k: Path(v) if v else None for k, v in (("json", args.json), ("markdown", args.markdown),
+                                                    ("svg", args.svg), ("junit", args.junit))}
+    problem = output_problem({f"--{k}": v for k, v in paths.items()},
+                             {"BASELINE": Path(args.baseline), "RESULTS": Path(args.results),
+                              "--config": Path(args.config) if args.config else None})
+    if problem:
+        return _fail(problem)
+    if args.max_chars < MIN_MARKDOWN_CHARS:
+        return _fail(f"--max-chars must be at least {MIN_MARKDOWN_CHARS} (the report's table and verdict), got {args.max_chars}")
     try:
-        baseline = load_baseline(Path(args.baseline))
-        results = _load_results(Path(args.results))
         gate_section = load_yaml_file(Path(args.config)).get("gate") if args.config else None
         config = parse_gate(gate_section, {"error_budget": args.error_budget, "alpha": args.alpha,
-                                           "tolerance_pp": args.tolerance_pp})
+                                           "tolerance_pp": args.tolerance_pp}, flag_prefix="--")
+        baseline = load_baseline(Path(args.baseline))
+        results = _load_results(Path(args.results))
         assess(results, baseline, config)
     except (BaselineError, GateConfigError, ValueError, OSError) as exc:
         return _fail(str(exc))
     for line in terminal_lines(results["run"], results["datasets"], categories=False) + [""] + gate_lines(results):
         print(line)
-    paths = {k: Path(v) if v else None for k, v in (("json", args.json), ("markdown", args.markdown),
-                                                    ("svg", args.svg), ("junit", args.junit))}
     for path in write_outputs(results, json=paths["json"], markdown=paths["markdown"], svg=paths["svg"],
                               junit=paths["junit"], markdown_max_chars=args.max_chars):
         print(f"wrote {path}")
@@ -170,7 +224,7 @@ def _tradeoff(args: argparse.Namespace) -> int:
 
 def _judge_eval(args: argparse.Namespace) -> int:
     from pytest_orbench.client import api_key_for
-    from pytest_orbench.jsonfile import dumps, write_atomic
+    from pytest_orbench.jsonfile import dumps, output_problem, write_atomic
     from pytest_orbench.judge import JudgeError, judge_model_spec, make_judge
     from pytest_orbench.judgeeval import (
         LabeledError,
@@ -180,14 +234,30 @@ def _judge_eval(args: argparse.Namespace) -> int:
         load_labeled,
         text_report,
     )
+    from pytest_orbench.store import store_problem
 
     sys.path.insert(0, os.getcwd())  # custom judges live in the user's project, as with pytest's rootdir
+    problem = (_at_least(args, "concurrency", 1) or _at_least(args, "retries", 0) or _at_least(args, "show", 0)
+               or _at_least(args, "judge_max_tokens", 1)
+               or output_problem({"--json": Path(args.json) if args.json else None}, {"LABELED": Path(args.labeled)}))
+    if problem:
+        return _fail(problem)
+    if args.timeout <= 0:
+        return _fail(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    if args.fail_under is not None and not 0 <= args.fail_under <= 1:
+        return _fail(f"--fail-under is a share between 0 and 1 (0.9 for 90%), got {args.fail_under}")
+    if args.judge not in ("llm", "hybrid") and (args.judge_model or args.judge_api_base):
+        return _fail(f"--judge-model / --judge-api-base are set but --judge is {args.judge!r}, which calls no model; "
+                     "use --judge llm or hybrid, or drop them")
     spec = None
     try:
         examples = load_labeled(Path(args.labeled))
         if args.judge in ("llm", "hybrid"):
             if not args.judge_model:
                 return _fail(f"--judge {args.judge} needs --judge-model MODEL (a litellm model string)")
+            problem = store_problem(Path(args.store), "--store")
+            if problem:
+                return _fail(problem)
             key = api_key_for(args.judge_model, args.judge_api_base, args.judge_api_key_env, what="judge model",
                               key_flag="--judge-api-key-env")
             spec = judge_model_spec(args.judge_model, args.judge_api_base, args.judge_max_tokens, args.timeout, key,
@@ -195,6 +265,14 @@ def _judge_eval(args: argparse.Namespace) -> int:
         judge = make_judge(args.judge, spec)
     except (LabeledError, JudgeError, ValueError) as exc:
         return _fail(str(exc))
+    other = None
+    if args.against:  # checked before any judge call, like the judge itself
+        if args.against in ("llm", "hybrid"):
+            return _fail("--against takes an offline judge (keyword, prefix or package.module:function)")
+        try:
+            other = make_judge(args.against)
+        except JudgeError as exc:
+            return _fail(f"--against: {exc}")
     make_stage = None
     if judge.llm is not None:
         from pytest_orbench.judge_calls import JudgeStage
@@ -206,13 +284,7 @@ def _judge_eval(args: argparse.Namespace) -> int:
     judgements = judge_examples(judge, examples, make_stage, args.concurrency)
     result = evaluate(examples, judgements, judge.meta())
     result["source"] = {"file": str(args.labeled)}
-    if args.against:
-        try:
-            other = make_judge(args.against)
-        except JudgeError as exc:
-            return _fail(f"--against: {exc}")
-        if other.llm is not None:
-            return _fail("--against takes an offline judge (keyword, prefix or package.module:function)")
+    if other is not None:
         result["against"] = compare_judges(examples, judgements, judge_examples(other, examples), other.meta())
     for line in text_report(result, show=args.show, by=args.by):
         print(line)
@@ -228,6 +300,11 @@ def _judge_eval(args: argparse.Namespace) -> int:
               "already made are stored and reused)", file=sys.stderr)
         return 1
     agreement = result["binary_agreement"]["value"]
+    if agreement is None:
+        # Nothing was measured (every judgement failed or went unscored): never an exit 0 that reads as a result.
+        print(f"nothing was measured: none of the {result['rows']} replies got a verdict ({result['errors']} errors, "
+              f"{result['unscored']} unscored; each error is listed among the disagreements: --show N, or --json)", file=sys.stderr)
+        return 1
     if args.fail_under is not None and (agreement is None or agreement < args.fail_under):
         print(f"binary agreement below --fail-under {args.fail_under}", file=sys.stderr)
         return 1
@@ -267,8 +344,14 @@ def _generate(args: argparse.Namespace) -> int:
         config = build_config(values, base)
     except (GenerateError, ValueError) as exc:
         return _fail(str(exc))
-    store = Path(args.store or values.get("store") or ".orbench")
-    summary = run_generate(config, store if store.is_absolute() else base / store)
+    from pytest_orbench.store import store_problem
+
+    # Like the other flag paths, --store is relative to where you are; store: in orbench.yaml to that file.
+    store = Path(args.store).resolve() if args.store else base / str(values.get("store") or ".orbench")
+    problem = store_problem(store, "--store")
+    if problem:
+        return _fail(problem)
+    summary = run_generate(config, store)
     for line in summary_lines(summary):
         print(line)
     print(f"wrote {config.out} ({summary['output']['kept']} prompts; run it: pytest --orbench --orbench-datasets {config.out.name})")

@@ -53,8 +53,10 @@ def _limit(key: str, value: Any, where: str, ranges: dict[str, tuple[float, floa
     return _number(value, where, *ranges[key], strict=key == "alpha")
 
 
-def parse_gate(data: dict[str, Any] | None, overrides: dict[str, float | None] | None = None) -> GateConfig:
-    """`gate:` from orbench.yaml: gate-wide keys plus one mapping per dataset name."""
+def parse_gate(data: dict[str, Any] | None, overrides: dict[str, float | None] | None = None,
+               flag_prefix: str = "--orbench-") -> GateConfig:
+    """`gate:` from orbench.yaml: gate-wide keys plus one mapping per dataset name; `overrides` from flags
+    named `flag_prefix` + key (pytest's --orbench-alpha, orbench compare's --alpha)."""
     data = dict(data or {})
     ranges = {"error_budget": (0.0, 1.0), "alpha": (0.0, 1.0), "tolerance_pp": (0.0, 100.0),
               "max_rejection": (0.0, 1.0), "min_rejection": (0.0, 1.0)}
@@ -75,7 +77,7 @@ def parse_gate(data: dict[str, Any] | None, overrides: dict[str, float | None] |
             )
     for key, value in (overrides or {}).items():
         if value is not None:
-            values[key] = _limit(key, value, f"--orbench-{key.replace('_', '-')}", ranges)
+            values[key] = _limit(key, value, f"{flag_prefix}{key.replace('_', '-')}", ranges)
     return GateConfig(datasets=datasets, **values)
 
 

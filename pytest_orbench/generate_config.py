@@ -180,8 +180,15 @@ def build_config(values: dict[str, Any], base: Path) -> GenerateConfig:
         except JudgeError as exc:
             raise GenerateError(f"panel_judge: {exc}") from None
     seeds_file = (base / str(values["seeds"])).resolve() if values.get("seeds") else None
-    if seeds_file is not None and not seeds_file.is_file():
-        raise GenerateError(f"seeds file {seeds_file} does not exist")
+    if seeds_file is not None:
+        if seeds_file.is_dir():
+            raise GenerateError(f"seeds file {seeds_file} is a folder: give a CSV or JSONL file with prompt,category")
+        if not seeds_file.is_file():
+            raise GenerateError(f"seeds file {seeds_file} does not exist")
+        read_seeds(seeds_file, categories)  # its problems (columns, quoting, encoding) before any call
+    timeout = values.get("timeout")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise GenerateError(f"generate.timeout must be a positive number of seconds, got {timeout!r}")
 
     def path(key: str) -> Path | None:
         return (base / str(values[key])).resolve() if values.get(key) else None
@@ -191,6 +198,12 @@ def build_config(values: dict[str, Any], base: Path) -> GenerateConfig:
     for p in (out, path("toxic_out")):
         if p is not None and p.suffix.lower() not in (".csv", ".jsonl"):
             raise GenerateError(f"{p.name}: output files are .csv or .jsonl")
+    from pytest_orbench.jsonfile import output_problem
+
+    problem = output_problem({"--out": out, "--toxic-out": path("toxic_out"), "--summary": path("summary")},
+                             {"--seeds": seeds_file})
+    if problem:
+        raise GenerateError(problem)
     return GenerateConfig(
         out=out,
         rewriter=_model(values["rewriter"], "rewriter", shared),

@@ -1,0 +1,124 @@
+"""The `orbench` command with bad input: each a clear error naming the fix, exit status 2, no traceback,
+and no call to any endpoint (the simulator's request count stays 0)."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_orbench.cli import main
+from tests.conftest import REPO, stats
+
+RESULTS = {"schema": "pytest-orbench/results", "schema_version": 1}
+BASELINE = (REPO / "baselines" / "mock-baseline.json").read_text(encoding="utf-8")  # a real, committed baseline
+
+
+@pytest.fixture
+def files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working folder with a results-shaped file, a baseline-shaped file, a folder and a plain file."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    (tmp_path / "r.json").write_text(json.dumps(RESULTS), encoding="utf-8")
+    (tmp_path / "b.json").write_text(BASELINE, encoding="utf-8")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "notes.txt").write_text("notes", encoding="utf-8")
+    (tmp_path / "labelled.csv").write_text("prompt,response,label\nq,\"Sure: one, two.\",compliance\n", encoding="utf-8")
+    return tmp_path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.out + captured.err
+    return code, captured.err
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    # The two files swapped: once "r.json is not a pytest-orbench baseline", which named no fix.
+    (["compare", "r.json", "b.json"], "r.json is a results file (--orbench-json), not a baseline*orbench compare "
+                                      "takes the baseline first: orbench compare BASELINE.json RESULTS.json)"),
+    (["compare", "b.json", "b.json"], "b.json is a baseline (--orbench-update-baseline), not a results file*"),
+    # Output paths: once a traceback and exit 1 (a failed gate) after the comparison was made.
+    (["compare", "b.json", "r.json", "--json", "out"], "--json out is a folder: give the path of a file to write*"),
+    (["compare", "b.json", "r.json", "--markdown", "notes.txt/report.md"], "*notes.txt is a file, not a folder*"),
+    (["compare", "b.json", "r.json", "--json", "b.json"], "--json b.json is the input file given as BASELINE*"),
+    (["compare", "b.json", "r.json", "--svg", "x.svg", "--junit", "x.svg"], "--svg and --junit both name x.svg*"),
+    # Once accepted: 0 silently meant the default, a negative number a report cut short.
+    (["compare", "b.json", "r.json", "--max-chars", "0"], "--max-chars must be at least 2000*"),
+    (["compare", "b.json", "r.json", "--alpha", "2"], "--alpha must be between 0 and 1 (exclusive), got 2.0"),
+    (["judge-eval", "labelled.csv", "--json", "out"], "--json out is a folder*"),
+    (["judge-eval", "labelled.csv", "--json", "labelled.csv"], "--json labelled.csv is the input file given as LABELED*"),
+    (["judge-eval", "labelled.csv", "--fail-under", "90"], "--fail-under is a share between 0 and 1 (0.9 for 90%), got 90.0"),
+    (["judge-eval", "labelled.csv", "--show", "-1"], "--show must be at least 0, got -1"),
+    (["judge-eval", "labelled.csv", "--judge-model", "openai/judge"],
+     "--judge-model / --judge-api-base are set but --judge is 'keyword', which calls no model*"),
+    (["judge-eval", "labelled.csv", "--against", "llm"], "--against takes an offline judge*"),
+    (["mock-server", "--port", "70000"], "--port must be between 0 and 65535*"),
+    (["mock-server", "--fault-rate", "5"], "--fault-rate is a share between 0 and 1, got 5.0"),
+    (["mock-server", "--api-key-env", "ORBENCH_TEST_UNSET_KEY"],
+     "--api-key-env names $ORBENCH_TEST_UNSET_KEY, which is not set: export ORBENCH_TEST_UNSET_KEY=... first"),
+    (["mock-server", "--port", "0", "--port-file", "out"], "--port-file out is a folder*"),
+])
+def test_bad_input_is_a_usage_error_naming_the_fix(files: Path, capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch, argv: list[str], message: str) -> None:
+    monkeypatch.delenv("ORBENCH_TEST_UNSET_KEY", raising=False)
+    code, err = run(capsys, *argv)
+    assert code == 2 and fnmatch.fnmatch(err.strip(), f"orbench*: {message}"), err
+    assert os.listdir(files / "out") == []  # nothing written into the folder
+    assert (files / "b.json").read_text(encoding="utf-8") == BASELINE
+
+
+def test_judge_eval_bad_input_makes_no_judge_call(files: Path, capsys: pytest.CaptureFixture[str], mock: Any) -> None:
+    llm = ("--judge", "llm", "--judge-model", "openai/judge", "--judge-api-base", mock.url)
+    # Once: --concurrency 0 waited forever; --against nope failed only after every judge call was paid for.
+    for argv, message in (((*llm, "--concurrency", "0"), "--concurrency must be at least 1, got 0"),
+                          ((*llm, "--against", "nope"), "--against: unknown judge 'nope'"),
+                          ((*llm, "--store", "notes.txt"), "--store notes.txt is a file: the response store is a folder"),
+                          ((*llm, "--timeout", "0"), "--timeout must be a positive number of seconds, got 0.0")):
+        code, err = run(capsys, "judge-eval", "labelled.csv", *argv)
+        assert code == 2 and message in err, err
+    assert stats(mock.url)["requests"] == 0
+
+
+def test_judge_eval_that_measured_nothing_does_not_exit_0(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Every judge call refused (nothing listens on port 9): once "binary agreement n/a" and exit 0.
+    code = main(["judge-eval", "labelled.csv", "--judge", "llm", "--judge-model", "openai/judge",
+                 "--judge-api-base", "http://127.0.0.1:9/v1", "--retries", "0"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "nothing was measured: none of the 1 replies got a verdict (1 errors, 0 unscored" in err
+
+
+def test_mock_server_on_a_port_in_use_says_so(files: Path, capsys: pytest.CaptureFixture[str], mock: Any) -> None:
+    port = mock.url.rsplit(":", 1)[1].split("/")[0]
+    code, err = run(capsys, "mock-server", "--port", port)
+    assert code == 2 and f"cannot listen on 127.0.0.1:{port} (Address already in use); pick another --port" in err
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    # Once a GenerateError traceback (exit 1) from the seeds stage.
+    (["--seeds", "bad.csv"], "*bad.csv:2: a quoted field starting on this line is never closed*"),
+    (["--seeds", "empty.csv"], "seeds file *empty.csv has no rows"),
+    (["--seeds", "out"], "seeds file *out is a folder: give a CSV or JSONL file with prompt,category"),
+    # Once the harmful prompts silently replaced the safe set.
+    (["--seeds", "seeds.csv", "--toxic-out", "set.csv"], "--out and --toxic-out both name *set.csv*"),
+    (["--seeds", "seeds.csv", "--summary", "out"], "--summary *out is a folder*"),
+    (["--seeds", "seeds.csv", "--store", "notes.txt"], "--store *notes.txt is a file*"),
+    (["--seeds", "seeds.csv", "--timeout", "0"], "generate.timeout must be a positive number of seconds, got 0.0"),
+])
+def test_generate_bad_input_fails_before_any_call(files: Path, capsys: pytest.CaptureFixture[str], mock: Any,
+                                                  argv: list[str], message: str) -> None:
+    (files / "bad.csv").write_text('prompt,category\n"how to x,privacy\n', encoding="utf-8")
+    (files / "empty.csv").write_text("", encoding="utf-8")
+    (files / "seeds.csv").write_text("prompt,category\nhow to pick a lock,illegal\n", encoding="utf-8")
+    code, err = run(capsys, "generate", "--out", "set.csv", "--rewriter", "openai/r", "--moderator", "openai/m",
+                    "--api-base", mock.url, *argv)
+    assert code == 2 and fnmatch.fnmatch(err.strip(), f"orbench: {message}"), err
+    assert stats(mock.url)["requests"] == 0
+    assert not (files / "set.csv").exists()
+    assert os.listdir(files / "out") == []
