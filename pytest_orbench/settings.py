@@ -164,6 +164,11 @@ def load_yaml(path: Path) -> dict[str, Any]:
         close = difflib.get_close_matches(key, list(BY_KEY), n=1)
         hint = f"did you mean {close[0]!r}?" if close else f"known keys: {', '.join(BY_KEY)}"
         raise _fail(f"unknown key {key!r} in {path}: {hint}")
+    if data.get("update_baseline"):
+        # A committed setting would rewrite the baseline on every run, and an updating run compares with
+        # nothing: the gate would be ungated for good. The baseline changes only on request.
+        raise _fail(f"update_baseline in {path}: the baseline is rewritten only on request; pass "
+                    "--orbench-update-baseline on the command line for the run that should write it, and drop the key")
     return data
 
 
@@ -359,7 +364,12 @@ def build_settings(config: pytest.Config) -> Settings:
         raise _fail("--orbench-update-baseline needs --orbench-baseline PATH (or baseline: in orbench.yaml) to write to")
     datasets = _datasets(values["datasets"], bases["datasets"])
     try:
-        gate = parse_gate(values["gate"], {k: values[k] for k in ("error_budget", "alpha", "tolerance_pp")})
+        # orbench.yaml's gate: beats [tool.pytest.ini_options] (orbench_alpha, ...), as every yaml key beats
+        # the ini; a flag, or the same key at the top of orbench.yaml, beats gate:.
+        section = values["gate"] or {}
+        overrides = {k: None if k in section and config.getoption(BY_KEY[k].dest, None) is None and k not in yaml_data
+                     else values[k] for k in ("error_budget", "alpha", "tolerance_pp")}
+        gate = parse_gate(values["gate"], overrides)
     except GateConfigError as exc:
         raise _fail(str(exc)) from None
     unknown_sets = sorted(set(gate.datasets) - {d.name for d in datasets})

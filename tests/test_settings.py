@@ -46,6 +46,17 @@ def test_precedence_cli_over_yaml_over_ini(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*655 tests collected*"])  # datasets still from the ini
 
 
+def test_gate_settings_follow_the_documented_precedence(pytester: pytest.Pytester) -> None:
+    from pytest_orbench.settings import build_settings
+
+    # Once the ini's orbench_alpha beat orbench.yaml's gate: {alpha: ...}, against "orbench.yaml > ini".
+    pytester.makeini("[pytest]\norbench_alpha = 0.1\norbench_tolerance_pp = 3\n")
+    pytester.makefile(".yaml", orbench="model: openai/x\ngate: {alpha: 0.2}\n")
+    gate = build_settings(pytester.parseconfig("--orbench")).gate
+    assert (gate.alpha, gate.tolerance_pp) == (0.2, 3.0)  # yaml over ini; the ini where yaml says nothing
+    assert build_settings(pytester.parseconfig("--orbench", "--orbench-alpha", "0.3")).gate.alpha == 0.3
+
+
 def test_unknown_yaml_key_suggests_the_right_one(pytester: pytest.Pytester) -> None:
     pytester.makefile(".yaml", orbench="model: openai/x\nconcurency: 8\n")
     usage_error(pytester.runpytest("--orbench"), "unknown key 'concurency' in *orbench.yaml: did you mean 'concurrency'?")
@@ -65,6 +76,9 @@ def test_unknown_yaml_key_suggests_the_right_one(pytester: pytest.Pytester) -> N
     ("model: openai/x\nconcurrency: 0\n", "concurrency must be at least 1"),
     ("model: openai/x\nsystem_prompt: hi\nsystem_prompt_file: s.txt\n", "both system_prompt and system_prompt_file"),
     ("model: openai/x\njudge: gpt4\n", "unknown judge 'gpt4'"),
+    # Once accepted (undocumented): every run rewrote the baseline and, updating, compared with nothing (ungated).
+    ("model: openai/x\nbaseline: b.json\nupdate_baseline: true\n",
+     "update_baseline in *orbench.yaml: the baseline is rewritten only on request; pass --orbench-update-baseline"),
 ])
 def test_bad_settings_are_usage_errors(pytester: pytest.Pytester, yaml_text: str, message: str) -> None:
     pytester.makefile(".yaml", orbench=yaml_text)
