@@ -206,7 +206,7 @@ class OrbenchPlugin:
         if unmatched:
             names = ", ".join(d.name for d in self.datasets)
             raise pytest.UsageError(f"pytest-orbench: {unmatched[0]}: no such prompt test in this run (datasets: {names}); "
-                                    "ids look like orbench/hard-1k::privacy-0042 (see pytest --orbench --collect-only -q)")
+                                    "ids look like orbench/hard-1k::privacy-0801 (see pytest --orbench --collect-only -q)")
         keep = [i for i in items if chosen(i)]
         dropped = [i for i in items if not chosen(i)]
         if dropped:

@@ -226,3 +226,18 @@ def test_a_damaged_baseline_is_still_replaced_on_request(pytester: pytest.Pytest
     args = ("--orbench-datasets", "toxic", "--orbench-sample", "3", "--orbench-seed", "1")
     assert pytester.runpytest(*mock_args(mock, *args, "--orbench-baseline", "b.json", "--orbench-update-baseline")).ret == 0
     assert '"schema": "pytest-orbench/baseline"' in pytester.path.joinpath("b.json").read_text(encoding="utf-8")
+
+
+def test_the_node_id_the_docs_show_selects_its_test(pytester: pytest.Pytester) -> None:
+    import re
+
+    from tests.conftest import REPO
+
+    # Once the docs (and the error for an unknown id) showed orbench/hard-1k::privacy-0042, which is no test.
+    documented = re.findall(r"pytest --orbench (orbench/\S+::\S+)", (REPO / "docs" / "settings.md").read_text(encoding="utf-8"))
+    assert documented
+    for node_id in documented:
+        result = pytester.runpytest("--orbench", "--orbench-model", "openai/x", "-p", "no:cacheprovider", "--collect-only",
+                                    "-q", node_id)
+        assert result.ret == 0, result.stderr.str()
+        result.stdout.fnmatch_lines([node_id, "1/* tests collected*"])
