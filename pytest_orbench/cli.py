@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -201,14 +202,32 @@ def _tradeoff(args: argparse.Namespace) -> int:
     if not folder.is_dir():
         return _fail(f"{folder} is not a folder of baseline or results files")
     points = []
+    skipped: list[str] = []
+    seen: dict[str, str] = {}  # one run's identity -> the file that counted it
     for path in sorted(folder.glob("*.json")):
         try:
             data = read_json(path)
-        except (ValueError, OSError):
+        except (ValueError, OSError) as exc:
+            skipped.append(f"{path.name} (not a JSON object: {str(exc).splitlines()[0][:80]})")
             continue
         point = run_point(path.stem, data.get("datasets") or {}, "current") if isinstance(data.get("datasets"), dict) else None
-        if point is not None:
-            points.append(point)
+        if point is None:
+            skipped.append(f"{path.name} (no hard-1k and toxic rejection rates)")
+            continue
+        # A run's results file and the baseline written from it are one run: counted twice they would
+        # add a point that agrees with itself.
+        run = data.get("run")
+        if isinstance(run, dict):
+            identity = json.dumps([run.get(k) for k in ("endpoint", "system_prompt_sha256", "params", "revision", "seed",
+                                                        "sample", "judge")] + [run.get("trials") or 1, point.x, point.y],
+                                  sort_keys=True, default=str)
+            if identity in seen:
+                skipped.append(f"{path.name} (the same run as {seen[identity]}: counted once)")
+                continue
+            seen[identity] = path.name
+        points.append(point)
+    if skipped:
+        print(f"skipped: {'; '.join(skipped)}", file=sys.stderr)
     if args.paper:
         points += paper_points()
     print(f"{'run':40} {'hard-1k rejection':>18} {'toxic rejection':>16}")

@@ -129,13 +129,21 @@ def detectable_increase(n: int, alpha: float = 0.05, power: float = 0.8, noise: 
     return min(1.0, max(hi, math.ceil(math.log2(1 / alpha)) / n))
 
 
+EXACT_SPEARMAN_MAX = 8  # up to 8! = 40,320 pairings: enumerated, not approximated
+
+
 def spearman(x: list[float], y: list[float]) -> tuple[float, float]:
-    """Spearman rank correlation and its two-sided p-value."""
+    """Spearman rank correlation and its two-sided p-value: exact (every pairing of the points) for a few
+    points, where scipy's t approximation says p = 0 for three points in a line; the approximation above."""
     if len(x) != len(y) or len(x) < 3:
         raise ValueError("Spearman correlation needs at least 3 paired points")
-    from scipy.stats import spearmanr
+    from scipy.stats import permutation_test, spearmanr
 
     result = spearmanr(x, y)
+    if len(x) <= EXACT_SPEARMAN_MAX:
+        exact = permutation_test((x, y), lambda a, b: spearmanr(a, b).statistic, permutation_type="pairings",
+                                 n_resamples=float("inf"), vectorized=False)
+        return float(result.statistic), float(exact.pvalue)
     return float(result.statistic), float(result.pvalue)
 
 

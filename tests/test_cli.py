@@ -122,3 +122,22 @@ def test_generate_bad_input_fails_before_any_call(files: Path, capsys: pytest.Ca
     assert stats(mock.url)["requests"] == 0
     assert not (files / "set.csv").exists()
     assert os.listdir(files / "out") == []
+
+
+def test_tradeoff_counts_each_run_once_and_names_what_it_skipped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def run_file(name: str, hard: float, toxic: float, system: str, **extra: Any) -> None:
+        document = {"run": {"endpoint": "openai/m", "system_prompt_sha256": system, "seed": 1, **extra},
+                    "datasets": {"hard-1k": {"rejection_rate": hard}, "toxic": {"rejection_rate": toxic}}}
+        (tmp_path / f"{name}.json").write_text(json.dumps(document), encoding="utf-8")
+
+    run_file("a-results", 0.2, 0.6, "a", trials=1)
+    run_file("a-baseline", 0.2, 0.6, "a")  # the baseline written from that run: once counted as a second run
+    run_file("b", 0.3, 0.7, "b")
+    run_file("c", 0.4, 0.8, "c")
+    (tmp_path / "broken.json").write_text("{", encoding="utf-8")  # once skipped without a word
+    code = main(["tradeoff", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert "a-results.json (the same run as a-baseline.json: counted once)" in err and "broken.json (not a JSON object" in err
+    # Three points in a line: exact p 2/6 (once "p = 0" from the t approximation).
+    assert "over 3 runs: 1.00 (p = 0.33)" in out

@@ -61,6 +61,10 @@ def test_detectable_increase_shrinks_with_n_and_grows_with_noise() -> None:
 def test_spearman_on_paper_points() -> None:
     rho, p = spearman([1, 2, 3, 4, 5], [2, 1, 4, 3, 5])
     assert rho == pytest.approx(0.8)
+    # Exact for few points: 16 of the 120 pairings have |rho| >= 0.8 (scipy's t approximation: 0.104).
+    assert p == pytest.approx(16 / 120)
+    # Three points in a line: once "p = 0"; two of the six pairings are as extreme.
+    assert spearman([0.2, 0.3, 0.4], [0.6, 0.7, 0.8]) == (pytest.approx(1.0), pytest.approx(2 / 6))
     with pytest.raises(ValueError):
         spearman([1, 2], [1, 2])
 
