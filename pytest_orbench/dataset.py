@@ -376,7 +376,8 @@ def load_custom(spec: DatasetSpec) -> Dataset:
     if spec.prompt_column not in rows[0]:
         raise DatasetError(
             f"dataset file {spec.path} has no {spec.prompt_column!r} column "
-            f"(columns: {', '.join(rows[0])}); set prompt_column in orbench.yaml"
+            f"(columns: {', '.join(rows[0])}); rename the column, or name it in orbench.yaml: "
+            f"datasets: [{{path: {spec.path.name}, prompt_column: {next(iter(rows[0]), 'question')}}}]"
         )
     expectations: list[Expected] = []
     for number, row in enumerate(rows, 1):

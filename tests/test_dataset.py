@@ -293,3 +293,18 @@ def test_mirror_copy_is_accepted(data_dir: Path, tmp_path: Path) -> None:
     mirror = tmp_path / "mirror"
     shutil.copytree(data_dir, mirror)
     assert resolve_file(TOXIC, mirror, tmp_path / "cache") == mirror / TOXIC.filename
+
+
+def test_a_file_without_a_prompt_column_names_the_yaml_that_reads_it(tmp_path: Path) -> None:
+    from pytest_orbench.dataset import DatasetError, load_custom, spec_from_mapping
+
+    (tmp_path / "faq.csv").write_text("question,topic\nHow do I reset my password?,account\n", encoding="utf-8")
+    with pytest.raises(DatasetError) as caught:
+        load_custom(spec_from_mapping({"path": "faq.csv"}, tmp_path))
+    # Once "set prompt_column in orbench.yaml", a key the docs never mentioned, without saying where it goes.
+    fix = "datasets: [{path: faq.csv, prompt_column: question}]"
+    assert str(caught.value).endswith(f"rename the column, or name it in orbench.yaml: {fix}")
+    loaded = load_custom(spec_from_mapping({"path": "faq.csv", "expect": "answer", "prompt_column": "question",
+                                            "category_column": "topic"},
+                                           tmp_path))
+    assert [(p.text, p.category) for p in loaded.prompts] == [("How do I reset my password?", "account")]
