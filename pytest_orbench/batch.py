@@ -60,9 +60,12 @@ def batch_problem(model: str) -> str | None:
     provider = provider_of(model)
     if provider in PROVIDERS:
         return None
+    if not provider:
+        return (f"--orbench-batch submits OpenAI-format batch files through litellm, for {', '.join(PROVIDERS)} models; "
+                f"{model!r} names no provider: write it as provider/model (e.g. openai/{model}) or run without "
+                "--orbench-batch")
     return (f"--orbench-batch submits OpenAI-format batch files through litellm, for {', '.join(PROVIDERS)} models; "
-            f"{model!r} is {'a ' + provider if provider else 'not a provider/model'} model: write it as provider/model "
-            "or run without --orbench-batch")
+            f"{model!r} is a model of {provider}, whose batch API is not supported: run it without --orbench-batch")
 
 
 @dataclass(frozen=True)

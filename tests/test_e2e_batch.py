@@ -195,8 +195,11 @@ def test_a_live_base_is_asked_in_its_own_batch(pytester: pytest.Pytester, mock_f
     (("--orbench-offline",), "*--orbench-offline makes no calls and --orbench-batch submits them; pick one"),
     (("--orbench-batch-wait", "never"), "*--orbench-batch-wait 'never': give how long to wait*"),
     (("--orbench-batch-poll", "0"), "*batch_poll must be a positive number of seconds, got 0.0"),
+    # Once "... is a anthropic model: write it as provider/model", which it already was.
     (("--orbench-model", "anthropic/claude-x"), "*model: --orbench-batch submits OpenAI-format batch files through "
-                                                "litellm, for openai, azure, hosted_vllm, litellm_proxy models;*"),
+                                                "litellm, for openai, azure, hosted_vllm, litellm_proxy models; "
+                                                "'anthropic/claude-x' is a model of anthropic, whose batch API is not "
+                                                "supported: run it without --orbench-batch"),
 ])
 def test_batch_settings_that_cannot_work_are_refused_before_any_call(
     pytester: pytest.Pytester, mock: MockServer, extra: tuple[str, ...], message: str,
