@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -78,9 +79,12 @@ class FetchLoop:
         self.judge_stage = judge_stage
         self._callers: dict[int, Caller] = {}
         self._queue: asyncio.Queue[Job] = asyncio.Queue()
-        self._fatal: str | None = None
-        self._answered = 0  # replies that came back: after one, a refused connection is a blip, not a dead endpoint
-        self._unusable = 0  # replies with no text at max_tokens while none was usable (the run's settings)
+        self._fatal: str | None = None  # stops every call: the loop failed, or the spend limit was reached
+        # Per configuration (0 the one under test, 1 the live base), which have their own endpoints: replies
+        # that came back (after one, a refused connection is a blip, not a dead endpoint), and why one is dead.
+        self._answered: Counter[int] = Counter()
+        self._dead: dict[int, str] = {}
+        self._unusable: Counter[int] = Counter()  # replies with no text at max_tokens while none was usable
         self._pending_records: list[tuple[str, dict[str, Any]]] = []
         self._pending_outcomes: list[tuple[str, Outcome]] = []
         self._done = 0
@@ -100,8 +104,7 @@ class FetchLoop:
                 try:
                     self._callers[config] = self.make_caller(config)
                 except EndpointError as exc:
-                    self._fatal = str(exc)
-                    break
+                    self._dead[config] = str(exc)  # that configuration's prompts only
             if self.batcher is not None and misses:
                 # The replies first (they come back together), then the judge calls they need, as below.
                 await self.batcher.run(misses, stop, self)
@@ -134,7 +137,7 @@ class FetchLoop:
     # -- what a batcher hands back -----------------------------------------------------------------
     def deliver(self, job: Job, record: dict[str, Any]) -> None:
         """A reply a provider batch returned (already stored): judged, then its outcome is written."""
-        self._answered += 1
+        self._answered[job.config] += 1
         self.spent += float(record.get("cost") or 0.0)
         self._queue.put_nowait(replace(job, record=record, fetched=True))
 
@@ -157,9 +160,9 @@ class FetchLoop:
                 outcome = Outcome(error=self._fatal)
             self._finish(job, outcome)
 
-    def _retry(self, exc: EndpointError) -> bool:
-        # Nothing answered yet and the endpoint cannot be reached (refused, DNS, TLS): stop all calls now.
-        return not (exc.unreachable and self._answered == 0)
+    def _retry(self, config: int) -> Callable[[EndpointError], bool]:
+        # Nothing answered yet and the endpoint cannot be reached (refused, DNS, TLS): stop calling it now.
+        return lambda exc: not (exc.unreachable and self._answered[config] == 0)
 
     async def _fetch(self, job: Job) -> Outcome:
         record, fetched = job.record, job.fetched
@@ -168,21 +171,26 @@ class FetchLoop:
                 self._fatal = (f"the run's spend reached the --orbench-max-cost limit (${self.spent:.4f} of "
                                f"${self.max_cost:.4f}{' for this fetch process' if self.shards > 1 else ''}); "
                                "what was paid for is stored")
-            if self._fatal is not None:
-                return Outcome(error=f"not requested: {self._fatal}")
+            # A dead endpoint stops the calls of its own configuration: a live base that cannot be reached
+            # leaves the run under test asking its own endpoint, and the other way round.
+            stopped = self._fatal or self._dead.get(job.config)
+            if stopped is not None:
+                return Outcome(error=f"not requested: {stopped}")
             caller = self._callers[job.config]
             try:
                 reply, attempts, seconds = await call_with_retries(caller, job.prompt, self.retries,
-                                                                   should_retry=self._retry)
+                                                                   should_retry=self._retry(job.config))
             except EndpointError as exc:
-                if exc.fatal or (exc.unreachable and self._answered == 0):
-                    self._fatal = self._fatal or f"{exc} (no prompt was answered, so no more calls are made)"
-                self._unusable += exc.unusable and self._answered == 0
-                if self._unusable >= UNUSABLE_STOP:
-                    self._fatal = self._fatal or (f"{exc} (so did the first {self._unusable} replies, and none "
-                                                  "had text, so no more calls are made)")
+                if exc.fatal or (exc.unreachable and self._answered[job.config] == 0):
+                    why = ("no prompt was answered, so no more calls are made" if not self._answered[job.config]
+                           else "so no more calls are made to it")
+                    self._dead.setdefault(job.config, f"{exc} ({why})")
+                self._unusable[job.config] += exc.unusable and not self._answered[job.config]
+                if self._unusable[job.config] >= UNUSABLE_STOP:
+                    self._dead.setdefault(job.config, f"{exc} (so did the first {self._unusable[job.config]} replies, "
+                                                      "and none had text, so no more calls are made)")
                 return Outcome(error=str(exc), fetched=True)
-            self._answered += 1
+            self._answered[job.config] += 1
             record = reply.record()
             record["seconds"] = round(seconds, 3)
             record["attempts"] = attempts

@@ -161,3 +161,19 @@ def test_offline_verdicts_are_stored_and_reused_per_judge_version(pytester: pyte
     pytester.runpytest(*args, "--orbench-judge", "prefix")
     assert {p["judge_reason"] for p in load(pytester.path / "r.json")["prompts"]} != {"from the store"}
     assert stats(mock.url)["completions"] == 10
+
+
+def test_a_live_base_that_cannot_be_reached_stops_only_its_own_calls(pytester: pytest.Pytester, mock: MockServer) -> None:
+    # The base's endpoint refuses every connection (nothing listens on port 9). Once its first refused
+    # connection stopped every call of the session: prompts of the run under test became errors too.
+    args = mock_args(mock, "--orbench-datasets", "toxic", "--orbench-sample", "20", "--orbench-seed", "4",
+                     "--orbench-base-api-base=http://127.0.0.1:9/v1", "--orbench-base-temperature", "0.5",
+                     "--orbench-json", "r.json")
+    result = pytester.runpytest(*args)
+    data = load(pytester.path / "r.json")
+    assert [p["id"] for p in data["prompts"] if p["error"]] == []
+    assert stats(mock.url)["completions"] == 20
+    assert all("connection refused by 127.0.0.1:9" in p["base"]["error"] for p in data["prompts"])
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # inconclusive: the base answered nothing
+    result.stdout.fnmatch_lines(["  INCONCLUSIVE: toxic live base error budget: 20 of 20 prompts got no verdict under "
+                                 "the live base (100.0%, budget 2.0%); most common error: *connection refused by 127.0.0.1:9*"])
