@@ -8,6 +8,7 @@ junitxml plugin is), never on a worker: workers send their records in the test r
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -150,8 +151,9 @@ class RunResults:
         run["calls"] = {
             "made": sum(r.get("calls_made", int(r["fetched"])) for r in owners),
             "stored": sum(r.get("calls_stored", int(r["from_store"])) for r in owners),
-            # Prompts the endpoint left without a reply; a reply the judge left without a judgement is the judge's.
-            "errors": sum(1 for r in owners if r["verdict"] == Verdict.ERROR.value and r.get("error_from") != "judge"),
+            # Replies the endpoint failed to give, the live base's included (its calls are counted in `made`
+            # too); a reply the judge left without a judgement is the judge's error, not the endpoint's.
+            "errors": sum(_endpoint_error(r) + _endpoint_error(r.get("base") or {}) for r in owners),
             "prompts": len(records),
             "shared": len(records) - len(owners),
         }
@@ -313,3 +315,8 @@ class RunResults:
                 f"{self.forgiven_errors} endpoint errors are within the error budget "
                 f"({100 * self.settings.gate.error_budget:.1f}%): the gate passed, so the run does not fail"
             )
+
+
+def _endpoint_error(record: Mapping[str, Any]) -> int:
+    """1 when this verdict (a prompt's, or its live base's) is an error of the endpoint, not of the judge."""
+    return int(record.get("verdict") == Verdict.ERROR.value and record.get("error_from") != "judge")
