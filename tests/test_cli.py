@@ -91,7 +91,7 @@ def test_judge_eval_that_measured_nothing_does_not_exit_0(files: Path, capsys: p
                  "--judge-api-base", "http://127.0.0.1:9/v1", "--retries", "0"])
     err = capsys.readouterr().err
     assert code == 1
-    assert "nothing was measured: none of the 1 replies got a verdict (1 errors, 0 unscored" in err
+    assert "1 of 1 rows have no judgement (first: judge call failed: connection refused by 127.0.0.1:9)" in err
 
 
 def test_mock_server_on_a_port_in_use_says_so(files: Path, capsys: pytest.CaptureFixture[str], mock: Any) -> None:
