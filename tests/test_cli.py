@@ -94,6 +94,15 @@ def test_judge_eval_that_measured_nothing_does_not_exit_0(files: Path, capsys: p
     assert "1 of 1 rows have no judgement (first: judge call failed: connection refused by 127.0.0.1:9)" in err
 
 
+def test_judge_eval_where_the_judge_gave_no_class_anywhere_does_not_exit_0(files: Path, mock_factory: Any,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    judge = mock_factory(judge_unscored_rate=1.0)  # answers every judge request without a [[class]]
+    code = main(["judge-eval", "labelled.csv", "--judge", "llm", "--judge-model", "openai/orbench-judge",
+                 "--judge-api-base", judge.url, "--retries", "0"])
+    err = capsys.readouterr().err
+    assert code == 1 and "nothing was measured: none of the 1 replies got a verdict (0 errors, 1 unscored" in err
+
+
 def test_mock_server_on_a_port_in_use_says_so(files: Path, capsys: pytest.CaptureFixture[str], mock: Any) -> None:
     port = mock.url.rsplit(":", 1)[1].split("/")[0]
     code, err = run(capsys, "mock-server", "--port", port)
