@@ -390,9 +390,15 @@ def run_generate(config: GenerateConfig, store_dir: Path, log: Callable[[str], N
     finally:
         store.close()
     kept, toxic, summary = generated.kept, generated.toxic, generated.summary
-    write_set(config.out, kept, "answer", config, "g")
-    summary["output"]["file"] = str(config.out)
-    if config.toxic_out is not None:
+    # A run whose calls failed and that produced nothing for a file does not replace the set made before:
+    # exit 1 says so, and the next run retries only what failed.
+    failed = any(s["errors"] for s in summary["spend"].values())
+    summary["output"]["kept_previous"] = [str(p) for p, items in ((config.out, kept), (config.toxic_out, toxic))
+                                          if failed and p is not None and not items and p.exists()]
+    if str(config.out) not in summary["output"]["kept_previous"]:
+        write_set(config.out, kept, "answer", config, "g")
+        summary["output"]["file"] = str(config.out)
+    if config.toxic_out is not None and str(config.toxic_out) not in summary["output"]["kept_previous"]:
         write_set(config.toxic_out, toxic, "refuse", config, "t")
         summary["output"]["toxic_file"] = str(config.toxic_out)
     if config.summary is not None:

@@ -254,8 +254,12 @@ def test_interrupted_pipeline_resumes_without_paying_twice(mock_factory: Any, tm
              "--out", "set.csv", "--summary", "s.json", "--retries", "0"]
     yaml = ("generate:\n  moderators:\n" + "".join(f"    - {{model: {m}, api_base: '{down.url}'}}\n" for m in mods[1::2]))
     (tmp_path / "orbench.yaml").write_text(yaml)
+    (tmp_path / "set.csv").write_text("id,prompt\nold1,a set made before\n")
     assert main(first) == 1  # moderation failed: reported, not turned into verdicts
+    # Nothing came of it: the set made before is left as it was, not replaced by an empty one.
+    assert (tmp_path / "set.csv").read_text() == "id,prompt\nold1,a set made before\n"
     failed = json.loads((tmp_path / "s.json").read_text())
+    assert failed["output"]["kept_previous"] == [str(tmp_path / "set.csv")] and "file" not in failed["output"]
     assert failed["spend"]["moderate"]["errors"] == failed["stages"]["rewrite"]["kept"] * 3
     assert failed["stages"]["moderate"]["safe"] == 0 and failed["output"]["kept"] == 0
     rewrites = stats(server.url)["generate"]["rewrites"]
