@@ -86,6 +86,12 @@ def check_inputs(env: Mapping[str, str]) -> bool:
     compare = env.get("ORBENCH_COMPARE_WITH", "baseline").strip() or "baseline"
     if compare not in COMPARE_MODES:
         raise ActionSettingsError(f"input compare-with must be one of {', '.join(COMPARE_MODES)}, got {compare!r}")
+    # Split on whitespace, as the Run step splits pytest-args. A later --orbench-json wins over the Action's
+    # own, and the Report step then found no results: the run was paid for and the comment inconclusive.
+    if any(w == "--orbench-json" or w.startswith("--orbench-json=") for w in env.get("ORBENCH_PYTEST_ARGS", "").split()):
+        raise ActionSettingsError("input pytest-args sets --orbench-json, which the Action sets itself (its Report step "
+                                  "reads the results there, and the results-path output names that file): remove it "
+                                  "from pytest-args")
     return _bool("use-conftest", env.get("ORBENCH_USE_CONFTEST", "false"))
 
 

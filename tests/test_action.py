@@ -410,3 +410,13 @@ def test_matrix_jobs_without_comment_key_are_told_they_share_one_comment(
     main()
     assert "comment-key" not in github.comments[comment["id"]]["body"]
     assert "::warning" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args", ["--orbench-json=mine.json", "-q\n--orbench-json mine.json"])
+def test_pytest_args_that_move_the_results_file_are_an_input_error_before_any_call(args: str) -> None:
+    from action.settings import ActionSettingsError, check_inputs
+
+    # A later --orbench-json won over the Action's own: the run was paid for, then the Report step found no results.
+    with pytest.raises(ActionSettingsError, match="pytest-args sets --orbench-json, which the Action sets itself.*remove it"):
+        check_inputs({"ORBENCH_PYTEST_ARGS": args})
+    assert check_inputs({"ORBENCH_PYTEST_ARGS": "--orbench-sample=30 --orbench-json-indent=2"}) is False
