@@ -16,15 +16,19 @@ from pytest_orbench.spec import DEFAULT_JUDGE
 if TYPE_CHECKING:
     from pytest_orbench.records import ResultsDocument
 
+# The simulator's fault kinds (simulator.Handler._fault), named here so the help needs no import of it.
+FAULT_KINDS = ("429", "403", "500", "502", "503", "timeout", "malformed", "not_completion", "disconnect", "trickle",
+               "redirect_loop")
+
 
 def _mock_server(args: argparse.Namespace) -> int:
     from pytest_orbench.simulator import MockConfig, MockServer  # only this subcommand needs the simulator
 
     defaults = MockConfig()
     faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
-    unknown = sorted(set(faults) - {"429", "500", "502", "503", "timeout", "malformed", "not_completion", "disconnect"})
+    unknown = sorted(set(faults) - set(FAULT_KINDS))
     if unknown:
-        print(f"orbench mock-server: unknown fault kind(s) {unknown}; use 429,500,502,503,timeout,malformed,not_completion,disconnect", file=sys.stderr)
+        print(f"orbench mock-server: unknown fault kind(s) {unknown}; use {','.join(FAULT_KINDS)}", file=sys.stderr)
         return 2
     problem = _mock_problem(args)
     if problem:
@@ -404,7 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
     mock.add_argument("--jitter", type=float, default=0.0, help="up to this many extra random seconds")
     mock.add_argument("--api-key-env", help="require `Authorization: Bearer $VAR` (the variable's name, not the key)")
     mock.add_argument("--fault-rate", type=float, default=0.0, help="share of prompts whose first attempts fail")
-    mock.add_argument("--faults", default="429", help="fault kinds: 429,500,502,503,timeout,malformed,not_completion,disconnect")
+    mock.add_argument("--faults", default="429", help=f"fault kinds: {','.join(FAULT_KINDS)}")
     mock.add_argument("--fault-attempts", type=int, default=1, help="failing attempts per faulty prompt")
     mock.add_argument("--retry-after", type=float, default=1.0, help="Retry-After seconds sent with 429")
     mock.add_argument("--hang", type=float, default=30.0, help="seconds a timeout fault waits")

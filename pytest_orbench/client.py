@@ -310,7 +310,13 @@ class LiteLLMCaller:
             kwargs["api_key"] = spec.api_key
         ll = self.litellm
         try:
-            response = await ll.acompletion(model=spec.model, messages=messages, timeout=spec.timeout, num_retries=0, **kwargs)
+            # litellm's `timeout` bounds each network read, not the request: a server that sends a byte now
+            # and then would hold the call (and the run) forever. The deadline is on the whole request.
+            response = await asyncio.wait_for(
+                ll.acompletion(model=spec.model, messages=messages, timeout=spec.timeout, num_retries=0, **kwargs),
+                spec.timeout)
+        except TimeoutError:
+            raise EndpointError(f"timed out after {spec.timeout:g} s", retryable=True) from None
         except ll.ContentPolicyViolationError:
             return Reply("", "content_filter")
         except (ll.AuthenticationError, ll.NotFoundError, ll.PermissionDeniedError) as exc:

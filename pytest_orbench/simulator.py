@@ -48,7 +48,7 @@ class MockConfig:
     # A gateway header every request must carry (name, value): 401 otherwise, like a proxy in front of a model.
     required_header: tuple[str, str] | None = field(default=None, repr=False)
     fault_rate: float = 0.0  # share of prompts whose first attempts fail
-    faults: tuple[str, ...] = ("429",)  # 429 | 500 | 503 | timeout | malformed | not_completion | disconnect
+    faults: tuple[str, ...] = ("429",)  # 429 | 403 | 500 | 502 | 503 | timeout | malformed | not_completion | disconnect | trickle | redirect_loop
     fault_attempts: int = 1  # attempts that fail for a faulty prompt (more than retries: an error)
     retry_after: float = 1.0
     hang: float = 30.0  # seconds a "timeout" fault waits before answering
@@ -297,6 +297,8 @@ def make_handler(config: MockConfig, state: MockState) -> type[BaseHTTPRequestHa
                            {"Retry-After": f"{config.retry_after:g}"})
             elif kind in ("500", "502", "503"):
                 self._json(int(kind), {"error": {"message": "The server had an error", "type": "server_error"}})
+            elif kind == "403":  # a key without access to the model (what gateways answer)
+                self._json(403, {"error": {"message": "This key has no access to the model", "type": "permission_error"}})
             elif kind == "timeout":
                 time.sleep(config.hang)
                 return False  # answers, too late for the client
@@ -304,6 +306,23 @@ def make_handler(config: MockConfig, state: MockState) -> type[BaseHTTPRequestHa
                 self._send(200, b'{"id": "x", "choices": [{"message": ')
             elif kind == "not_completion":  # a proxy's 200 that is JSON but no chat completion
                 self._send(200, b'"hello"')
+            elif kind == "trickle":  # a 200 whose body comes a byte every 0.2 s: no read ever waits long
+                self.close_connection = True
+                body = json.dumps({"id": "x", "object": "chat.completion", "choices": []}).encode() * 50
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.flush()
+                for byte in body:
+                    time.sleep(0.2)
+                    try:
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                    except OSError:  # the client gave up: what it should do
+                        break
+            elif kind == "redirect_loop":  # a proxy sending every request back to itself
+                self._send(307, b"", {"Location": self.path})
             elif kind == "disconnect":
                 self.close_connection = True
                 self.wfile.flush()

@@ -103,6 +103,19 @@ def test_a_reply_cut_at_max_tokens_before_any_text_is_an_error_naming_the_fix_no
     assert "errors" not in outcomes and outcomes.get("passed", 0) + outcomes.get("xfailed", 0) == 4
 
 
+def test_a_reply_that_trickles_in_is_cut_at_the_timeout(pytester: pytest.Pytester,
+                                                        mock_factory: Callable[..., MockServer]) -> None:
+    # A byte every 0.2 s: no single read waits a second, so a timeout per read never fires; the timeout
+    # is on the whole request (it took minutes per attempt, the body's length times 0.2 s).
+    server = mock_factory(fault_rate=1.0, faults=("trickle",), fault_attempts=99)
+    started = time.monotonic()
+    result = pytester.runpytest_subprocess(*mock_args(server, "--orbench-sample", "2", "--orbench-retries", "1",
+                                                      "--orbench-datasets", "toxic", "--orbench-timeout", "1"), timeout=90)
+    assert time.monotonic() - started < 45
+    result.stdout.fnmatch_lines(["no reply for toxic-*: timed out after 1 s"])
+    assert result.parseoutcomes()["errors"] == 2 and stats(server.url)["requests"] == 4
+
+
 def test_a_fetch_child_that_cannot_import_litellm_fails_the_prompts_not_the_wait(pytester: pytest.Pytester,
                                                                                  mock: Any) -> None:
     # The child imports whatever `litellm` comes first on its path: here, one that fails to import.
