@@ -102,18 +102,43 @@ def describe_failure(exc: BaseException, api_base: str | None, timeout: float) -
     if malformed is not None:
         return EndpointError(f"malformed reply from {where} ({_MALFORMED[malformed]}): {_message(exc)[:160]}",
                              retryable=True)
-    # Only a status the server really sent (httpx's HTTPStatusError, openai's APIStatusError): litellm
-    # also puts status 500 on errors that never reached a server.
-    http = next((e for e in chain if type(e).__name__ == "HTTPStatusError"
-                 or any(c.__name__ == "APIStatusError" for c in type(e).__mro__)), None)
-    status = getattr(http, "status_code", None) or getattr(getattr(http, "response", None), "status_code", None)
-    if isinstance(status, int):
+    if "TooManyRedirects" in names:
+        return EndpointError(f"too many redirects from {where} (a redirect loop: check api_base)", retryable=True,
+                             unreachable=True)
+    status = _sent_status(chain)
+    if status is not None:
+        if status in REJECTED:
+            return EndpointError(f"HTTP {status} from {where} ({REJECTED[status]}): {_message(exc)}", retryable=False,
+                                 fatal=True)
         retryable = status in RETRY_STATUSES or status >= 500
         return EndpointError(f"HTTP {status} from {where}: {_message(exc)}", retryable=retryable,
                              retry_after=_retry_after(exc))
     if names & {"APIConnectionError", "ConnectError", "ClientConnectorError"}:
         return EndpointError(f"cannot connect to {where}: {root}", retryable=True, unreachable=True)
+    # litellm's own verdicts on a request it never sent (a key it found missing, a parameter it refuses)
+    if type(exc).__name__ in ("AuthenticationError", "PermissionDeniedError", "NotFoundError"):
+        return EndpointError(f"{type(exc).__name__}: {_message(exc)}", retryable=False, fatal=True)
+    if type(exc).__name__ in ("BadRequestError", "UnsupportedParamsError"):
+        return EndpointError(f"{type(exc).__name__}: {_message(exc)}", retryable=False)
     return EndpointError(f"{type(exc).__name__}: {_message(exc)}", retryable=True, retry_after=_retry_after(exc))
+
+
+# Statuses that say every call will fail the same way: the run's calls stop at the first.
+REJECTED = {401: "the key was rejected", 403: "the key has no access", 404: "no such model or URL"}
+
+
+def _sent_status(chain: list[BaseException]) -> int | None:
+    """The HTTP status a server really sent: httpx's HTTPStatusError or the OpenAI SDK's APIStatusError.
+    litellm's own exceptions subclass the SDK's and carry a status too, 500 for errors that never reached
+    a server (a refused connection, a redirect loop, a TLS handshake that timed out): those are not asked."""
+    for exc in chain:
+        if type(exc).__module__.split(".")[0] == "litellm":
+            continue
+        if type(exc).__name__ == "HTTPStatusError" or any(c.__name__ == "APIStatusError" for c in type(exc).__mro__):
+            status = getattr(exc, "status_code", None) or getattr(getattr(exc, "response", None), "status_code", None)
+            if isinstance(status, int):
+                return status
+    return None
 
 
 def _message(exc: BaseException) -> str:
@@ -319,14 +344,10 @@ class LiteLLMCaller:
             raise EndpointError(f"timed out after {spec.timeout:g} s", retryable=True) from None
         except ll.ContentPolicyViolationError:
             return Reply("", "content_filter")
-        except (ll.AuthenticationError, ll.NotFoundError, ll.PermissionDeniedError) as exc:
-            raise EndpointError(self._scrub(f"{type(exc).__name__}: {exc}"), retryable=False, fatal=True) from None
-        except (ll.BadRequestError, ll.UnsupportedParamsError) as exc:
-            raise EndpointError(self._scrub(f"{type(exc).__name__}: {exc}"), retryable=False) from None
-        except Exception as exc:  # timeouts, 429, 5xx, connection errors, malformed replies
+        except Exception as exc:  # a rejected key, timeouts, 429, 5xx, connection errors, malformed replies
             failure = describe_failure(exc, spec.api_base, spec.timeout)
             raise EndpointError(self._scrub(str(failure)), retryable=failure.retryable, retry_after=failure.retry_after,
-                                unreachable=failure.unreachable) from None
+                                unreachable=failure.unreachable, fatal=failure.fatal) from None
         try:
             choice = response.choices[0]
             text = choice.message.content

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import os
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -158,7 +159,7 @@ def test_bad_key_stops_calls_and_never_leaks(pytester: pytest.Pytester, mock_fac
     assert result.parseoutcomes()["errors"] == 30
     assert stats(server.url)["requests"] <= 2  # a rejected key stops the run's calls
     text = result.stdout.str() + (pytester.path / "r.json").read_text()
-    assert "AuthenticationError" in text
+    assert re.search(r"HTTP 401 from 127\.0\.0\.1:\d+ \(the key was rejected\)", text)
     assert "sk-wrong-secret-123" not in text
 
 

@@ -62,6 +62,8 @@ def test_a_model_string_without_a_provider_is_a_usage_error_before_any_call(pyte
     # A 200 that is JSON but no chat completion: litellm calls it a 500; no server sent one.
     ("not_completion", "malformed reply from 127.0.0.1:* (empty or not a chat completion): *Received: 'hello'*"),
     ("disconnect", "connection to 127.0.0.1:* closed before a reply"),
+    # httpx follows the 307s until it gives up; litellm called that an "HTTP 500" no server sent.
+    ("redirect_loop", "too many redirects from 127.0.0.1:* (a redirect loop: check api_base)"),
 ])
 def test_errors_say_what_happened(pytester: pytest.Pytester, mock_factory: Callable[..., MockServer],
                                   fault: str, message: str) -> None:
@@ -70,6 +72,26 @@ def test_errors_say_what_happened(pytester: pytest.Pytester, mock_factory: Calla
                                            "--orbench-datasets", "toxic"))
     result.stdout.fnmatch_lines([f"no reply for toxic-*: {message}"])
     assert stats(server.url)["completions"] == 0 and result.parseoutcomes()["errors"] == 3
+
+
+@pytest.mark.parametrize(("fault", "message"), [
+    ("403", "HTTP 403 from 127.0.0.1:* (the key has no access): This key has no access to the model"),
+    ("redirect_loop", "too many redirects from 127.0.0.1:*"),
+])
+def test_an_endpoint_that_refuses_every_call_is_asked_once(pytester: pytest.Pytester,
+                                                            mock_factory: Callable[..., MockServer],
+                                                            fault: str, message: str) -> None:
+    # A 403 (litellm raises it as a generic error, not PermissionDeniedError) was asked again for every
+    # prompt, as was a redirect loop (a made-up HTTP 500): both are the same for every call.
+    server = mock_factory(fault_rate=1.0, faults=(fault,), fault_attempts=99)
+    result = pytester.runpytest(*mock_args(server, "--orbench-sample", "10", "--orbench-datasets", "toxic",
+                                           "--orbench-concurrency", "1", "--orbench-json", "r.json"))
+    result.stdout.fnmatch_lines([f"no reply for toxic-*: {message}"])
+    errors = {p["error"].split(" (no prompt was answered")[0] for p in load(pytester.path / "r.json")["prompts"]}
+    assert len(errors) == 2 and {e.removeprefix("not requested: ") for e in errors} == {min(errors, key=len)}
+    assert result.parseoutcomes()["errors"] == 10
+    assert len(stats(server.url)["by_prompt"]) == 1  # one prompt asked (a redirect loop: its 21 hops), no other
+    assert "HTTP 500" not in result.stdout.str()
 
 
 def test_a_timeout_says_how_long_it_waited(pytester: pytest.Pytester, mock_factory: Callable[..., MockServer]) -> None:

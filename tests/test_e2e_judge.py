@@ -103,7 +103,7 @@ def test_failed_judge_calls_are_errors_and_a_rerun_pays_only_for_judging(
     failed = pytester.runpytest(*args, "--orbench-json", "r.json", "--orbench-markdown", "r.md")
     assert failed.parseoutcomes()["errors"] == 20  # no verdict without a judgement
     assert "20 replies read by the LLM judge (20 of them left without a judgement)" in (pytester.path / "r.md").read_text()
-    failed.stdout.fnmatch_lines(["*no judgement for toxic-*judge call failed*AuthenticationError*"])
+    failed.stdout.fnmatch_lines(["*no judgement for toxic-*judge call failed*HTTP 401 from 127.0.0.1:* (the key was rejected)*"])
     assert "sk-judge-wrong-555" not in failed.stdout.str() + (pytester.path / "r.json").read_text()
     assert stats(judge.url)["requests"] <= 2  # a rejected judge key stops the judge calls
     assert stats(endpoint.url)["completions"] == 20
