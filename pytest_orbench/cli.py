@@ -521,7 +521,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    from pytest_orbench.store import StoreError
+
+    try:
+        return int(args.func(args))
+    except StoreError as exc:  # judge-eval, generate, batches: a read-only folder, a full disk
+        return _fail(f"{exc}; give --store a folder you can write to, on a disk with free space")
 
 
 if __name__ == "__main__":

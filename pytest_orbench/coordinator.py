@@ -8,6 +8,7 @@ stored replies from the store and waits there (fetcher.Waiter) for the rest.
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -297,8 +298,11 @@ class Coordinator:
             child.stop(DRAIN + 10)
         if self.store is not None:
             if self.fetches and self.jobs:
-                self.paid = self.store.paid_keys(self.run_id)
-                self.store.clear_run(self.run_id)
+                try:
+                    self.paid = self.store.paid_keys(self.run_id)
+                    self.store.clear_run(self.run_id)
+                except (OSError, sqlite3.Error):
+                    pass  # bookkeeping (a full disk): the next run older than a day deletes it
             self.store.close()
             self.store = None
 

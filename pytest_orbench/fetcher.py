@@ -11,6 +11,7 @@ bounded by the fetcher's liveness (a dead child, a stale heartbeat, a finished r
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 import time
 from collections import Counter
@@ -22,7 +23,7 @@ from typing import Any, Protocol
 from pytest_orbench.client import Caller, EndpointError, call_with_retries
 from pytest_orbench.judge import Judge
 from pytest_orbench.judge_calls import JudgeStage, judge_key, reply_text
-from pytest_orbench.store import Store
+from pytest_orbench.store import Store, unusable
 
 BATCH_SECONDS = 0.05  # replies and outcomes are committed together at most this late
 HEARTBEAT_SECONDS = 1.0  # the loop says it is alive (and how far it got) this often
@@ -127,12 +128,16 @@ class FetchLoop:
                 job = queue.get_nowait()
                 self._finish(job, Outcome(error=f"not requested: {reason}"))
             flusher.cancel()
-            self._flush()
-            self.store.finish_run(self.run_id, self._fatal, self.shard)
-            for caller in self._callers.values():
-                await caller.aclose()
-            if self.judge_stage is not None:
-                await self.judge_stage.aclose()
+            try:
+                self._flush()
+                self.store.finish_run(self.run_id, self._fatal, self.shard)
+            except (OSError, sqlite3.Error) as exc:  # the waiters learn it from the fetcher's death, at once
+                raise unusable(self.store.directory, exc) from exc
+            finally:
+                for caller in self._callers.values():
+                    await caller.aclose()
+                if self.judge_stage is not None:
+                    await self.judge_stage.aclose()
 
     # -- what a batcher hands back -----------------------------------------------------------------
     def deliver(self, job: Job, record: dict[str, Any]) -> None:
@@ -218,9 +223,14 @@ class FetchLoop:
         if self._pending_records or self._pending_outcomes:
             records, outcomes = self._pending_records, self._pending_outcomes
             self._pending_records, self._pending_outcomes = [], []
-            self.store.commit_batch(self.run_id, records, [
-                (key, o.error, o.judge_error, o.fetched, o.judge_fetched) for key, o in outcomes], self._done, self._errors,
-                self.shard)
+            try:
+                self.store.commit_batch(self.run_id, records, [
+                    (key, o.error, o.judge_error, o.fetched, o.judge_fetched) for key, o in outcomes], self._done,
+                    self._errors, self.shard)
+            except BaseException:
+                # Not committed: kept for the next attempt (the disk may have room again by then).
+                self._pending_records[:0], self._pending_outcomes[:0] = records, outcomes
+                raise
         else:
             self.store.heartbeat(self.run_id, self._done, self._errors, self.shard)
 
@@ -230,7 +240,13 @@ class FetchLoop:
             await asyncio.sleep(BATCH_SECONDS)
             # From the loop itself: a loop that hangs stops the heartbeat, and the waiters notice.
             if self._pending_outcomes or time.monotonic() - last_beat > HEARTBEAT_SECONDS:
-                self._flush()
+                try:
+                    self._flush()
+                except (OSError, sqlite3.Error) as exc:
+                    # A full disk, a folder gone read-only: a reply now would be paid for and lost.
+                    self._fatal = self._fatal or (f"{unusable(self.store.directory, exc)}; no more calls are made, "
+                                                  "since their replies could not be kept")
+                    await asyncio.sleep(HEARTBEAT_SECONDS)  # tried again, with the calls in flight, at the end
                 last_beat = time.monotonic()
 
 

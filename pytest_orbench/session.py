@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import random
+import sqlite3
 import time
 import types
 import uuid
@@ -36,7 +37,7 @@ from pytest_orbench.report import header_line
 from pytest_orbench.results import RunResults, dry_run
 from pytest_orbench.settings import Settings
 from pytest_orbench.spec import redact_url
-from pytest_orbench.store import response_key
+from pytest_orbench.store import Store, StoreError, response_key
 
 CACHED_JUDGES = ("keyword", "prefix")  # deterministic, versioned: their verdicts on a reply are stored
 
@@ -91,6 +92,11 @@ class OrbenchPlugin:
         self._begun = False
         self._line: str | None = None  # what the fetch will do, shown once collection is over
         self._announced = False
+        if not self.is_worker and not dry_run(config):
+            try:  # a read-only folder or a full disk: one usage error now, not a traceback (or lost replies) later
+                Store(settings.store).close()
+            except StoreError as exc:
+                raise pytest.UsageError(_unusable_store(exc)) from None
         if not dry_run(config) and not settings.estimate:
             every = [r for item in self._requests.values() for r in item.all]
             plan = None
@@ -274,7 +280,11 @@ class OrbenchPlugin:
         if not requests and self.coordinator.fetches:
             self.coordinator.stop()
             return
-        self._line = self.coordinator.begin(requests, preview)
+        try:
+            self._line = self.coordinator.begin(requests, preview)
+        except StoreError as exc:  # writable a moment ago (checked at configure): the disk filled up since
+            self.coordinator.stop()
+            pytest.exit(_unusable_store(exc), returncode=pytest.ExitCode.USAGE_ERROR)
         if announce:
             self._announce()
 
@@ -376,7 +386,10 @@ class OrbenchPlugin:
     def _save_verdicts(self) -> None:
         rows, self._new_verdicts = self._new_verdicts, []
         if rows and self.coordinator.store is not None:
-            self.coordinator.store.put_verdicts(rows)
+            try:
+                self.coordinator.store.put_verdicts(rows)
+            except (OSError, sqlite3.Error):
+                pass  # a cache of what the keyword judge decides in microseconds (a full disk): decided again next run
 
     def _combined(self, item: PromptItem, outcomes: list[Outcome]) -> tuple[Combined, dict[str, Any]]:
         """Every trial's verdict, and the prompt's: refusal share = refused / scored trials; refused when
@@ -426,6 +439,11 @@ class OrbenchPlugin:
                 "system_fingerprint": base_reply.get("system_fingerprint"), "base_cost": costs["cost"],
                 "base_usage": costs["usage"]})
         return record
+
+
+def _unusable_store(exc: StoreError) -> str:
+    return (f"pytest-orbench: {exc}; point --orbench-store (store: in orbench.yaml) at a folder you can write to, "
+            "on a disk with free space")
 
 
 def _identity(p: Prompt) -> dict[str, str]:

@@ -104,27 +104,44 @@ def store_problem(directory: Path, label: str) -> str | None:
     return None
 
 
+class StoreError(RuntimeError):
+    """The store cannot be opened or written (a read-only folder, a full disk, a newer schema)."""
+
+
+def unusable(directory: Path, exc: BaseException) -> StoreError:
+    """`exc` (OSError, sqlite3.Error) as a StoreError naming the folder and, if SQLite does not, why."""
+    reason = str(exc) or type(exc).__name__
+    if isinstance(exc, sqlite3.Error) and directory.is_dir() and not os.access(directory, os.W_OK):
+        reason += " (the folder is not writable)"
+    return StoreError(f"the response store {directory} cannot be written: {reason}")
+
+
 class Store:
     """SQLite in WAL mode: each reply is committed as it arrives, so a killed run loses nothing paid for."""
 
     def __init__(self, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        tag = directory / "CACHEDIR.TAG"
-        if not tag.exists():
-            # Backup tools skip a folder holding this file (https://bford.info/cachedir/); the replies can
-            # be fetched again. Written once; a read-only folder keeps working without it.
-            try:
-                tag.write_text(CACHEDIR_TAG, encoding="utf-8")
-            except OSError:
-                pass
-        ignore = directory / ".gitignore"
-        if not ignore.exists():
-            # Like .pytest_cache: the store is a convenience, never something to commit.
-            ignore.write_text("# created by pytest-orbench\n*\n")
-        self.path = directory / STORE_FILE
+        self.directory = directory
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        try:
+            self._open(directory)
+        except (OSError, sqlite3.Error) as exc:
+            self.close()
+            raise unusable(directory, exc) from exc
+
+    def _open(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        # Backup tools skip a folder holding CACHEDIR.TAG (https://bford.info/cachedir/): the replies can be
+        # fetched again. Like .pytest_cache, the store is never something to commit (.gitignore).
+        for name, text in (("CACHEDIR.TAG", CACHEDIR_TAG), (".gitignore", "# created by pytest-orbench\n*\n")):
+            path = directory / name
+            if not path.exists():
+                try:
+                    path.write_text(text, encoding="utf-8")
+                except OSError:
+                    pass  # a convenience: the database itself says whether the folder can be used
+        self.path = directory / STORE_FILE
         conn = self._conn()
         self._migrate(conn)
         # Outcomes of runs that ended without cleaning up (killed) are worthless after a day.
@@ -138,7 +155,7 @@ class Store:
         transient and is simply rebuilt. A store from a newer plugin is refused by name."""
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])
         if version > SCHEMA_VERSION:
-            raise RuntimeError(f"the response store was written by a newer pytest-orbench (store schema {version}, "
+            raise StoreError(f"the response store was written by a newer pytest-orbench (store schema {version}, "
                                f"this one reads up to {SCHEMA_VERSION}); upgrade, or point --orbench-store elsewhere")
         if version < SCHEMA_VERSION:
             conn.executescript("DROP TABLE IF EXISTS claims; DROP TABLE IF EXISTS runs; DROP TABLE IF EXISTS outcomes;")
@@ -165,7 +182,11 @@ class Store:
             yield conn
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:  # SQLite ends it by itself on some errors (a full disk): never mask those
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
             raise
 
     def close(self) -> None:

@@ -138,6 +138,16 @@ def test_a_reply_that_trickles_in_is_cut_at_the_timeout(pytester: pytest.Pyteste
     assert result.parseoutcomes()["errors"] == 2 and stats(server.url)["requests"] == 4
 
 
+def test_a_store_that_cannot_be_written_is_a_usage_error_before_any_call(pytester: pytest.Pytester, mock: Any) -> None:
+    (pytester.path / "not-a-folder").write_text("")  # a read-only folder too, but that needs a user other than root
+    result = pytester.runpytest(*mock_args(mock, "--orbench-sample", "2", "--orbench-store", "not-a-folder/store"))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR and stats(mock.url)["requests"] == 0
+    result.stderr.fnmatch_lines(["ERROR: pytest-orbench: the response store */not-a-folder/store cannot be written: *; "
+                                 "point --orbench-store (store: in orbench.yaml) at a folder you can write to, on a disk "
+                                 "with free space"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
 def test_a_fetch_child_that_cannot_import_litellm_fails_the_prompts_not_the_wait(pytester: pytest.Pytester,
                                                                                  mock: Any) -> None:
     # The child imports whatever `litellm` comes first on its path: here, one that fails to import.

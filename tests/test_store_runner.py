@@ -11,7 +11,7 @@ import pytest
 from pytest_orbench.client import EndpointError, Reply, backoff, call_with_retries, scrub
 from pytest_orbench.fetcher import FetchLoop, Job, Waiter
 from pytest_orbench.spec import ModelSpec
-from pytest_orbench.store import Store, response_key
+from pytest_orbench.store import Store, StoreError, response_key
 
 
 def test_key_depends_on_every_field_and_not_on_order() -> None:
@@ -230,6 +230,30 @@ def test_a_crash_in_the_loop_turns_every_remaining_prompt_into_an_error(tmp_path
     errors = [waiter.result(j.key).error for j in jobs]
     assert all(e and "RuntimeError: unexpected bug" in e for e in errors), errors
     assert Store(tmp_path).run_state("r")["finished"] == 1  # type: ignore[index]
+
+
+def test_a_store_that_fills_up_stops_the_calls_and_says_why(tmp_path: Path) -> None:
+    # SQLite's own "database or disk is full" (a page limit on this connection, the one the loop writes on).
+    # The failed commit's ROLLBACK used to hide it behind "cannot rollback - no transaction is active",
+    # and the loop went on paying for every prompt whose reply it could not keep.
+    class Big(SlowCaller):
+        async def __call__(self, prompt: str) -> Reply:
+            await super().__call__(prompt)
+            return Reply(prompt * 2000, "stop")
+
+    store = Store(tmp_path)
+    store._conn().execute(f"PRAGMA max_page_count = {store._conn().execute('PRAGMA page_count').fetchone()[0] + 8}")
+    caller = Big()
+    jobs = [Job(f"k{i}", f"p{i}", i) for i in range(300)]
+    with pytest.raises(StoreError, match=f"the response store {tmp_path} cannot be written: database or disk is full"):
+        run_loop(store, caller, jobs, concurrency=2)
+    assert len(caller.prompts) < 60  # only what was in flight when a commit first failed
+
+
+def test_a_store_that_cannot_be_created_is_one_error_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(StoreError, match=f"the response store {tmp_path / 'file' / 'store'} cannot be written: "):
+        Store(tmp_path / "file" / "store")
 
 
 def test_stop_finishes_requests_in_flight_and_gives_the_rest_an_outcome(tmp_path: Path) -> None:
