@@ -18,7 +18,7 @@ from pytest_orbench.client import no_visible_text
 from pytest_orbench.fetcher import DRAIN, FetchLoop, Job, Outcome, ThreadFetcher, Waiter
 from pytest_orbench.judge import Judge
 from pytest_orbench.judge_calls import judge_key
-from pytest_orbench.store import Store
+from pytest_orbench.store import Store, StoreError
 
 if TYPE_CHECKING:
     from pytest_orbench.fetchproc import FetchChild
@@ -231,6 +231,26 @@ class Coordinator:
             "judge_spec": s.judge_spec if self.judge.llm is not None else None, "jobs": jobs,
             "batch": s.batch,
         })
+        shards, keys = self.shards, [job.key for job in jobs]
+        self.child.watch(lambda why: self._child_died(why, keys, shards))
+
+    def _child_died(self, why: str, keys: list[str], shards: int) -> None:
+        """The fetch process died (killed, crashed) before it was stopped: its prompts without an outcome
+        get `why` as their error in the store, where every process waiting for them (xdist workers) reads
+        it at once. A forked fetch process that had started goes on to its end (its own prompts)."""
+        try:
+            store = Store(self.settings.store)
+        except StoreError:
+            return  # the store itself failed (a full disk): the workers see the heartbeat stop instead
+        try:
+            started = store.started_shards(self.run_id)
+            for shard in range(shards):
+                if shard == 0 or shard not in started:
+                    store.fail_shard(self.run_id, shard, shards, keys[shard::shards], why)
+        except (OSError, sqlite3.Error):
+            pass
+        finally:
+            store.close()
 
     def _configs(self) -> list[Settings]:
         """What each Request.config means: the configuration under test, then the live base (if any)."""

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from typing import IO, Any
 
 _HEADER = struct.Struct("!I")
@@ -63,6 +64,8 @@ class FetchChild:
         self._stderr = tempfile.TemporaryFile()
         self._lock = threading.Lock()
         self._sent = False
+        self._stopping = False
+        self._stderr_lock = threading.Lock()  # the watcher thread reads it; stop() closes it
 
     def spawn(self) -> None:
         env = dict(os.environ)
@@ -103,14 +106,34 @@ class FetchChild:
         code = self._proc.poll()
         if code is None or (code == 0 and self._sent):
             return None
-        self._stderr.seek(0)
-        tail = self._stderr.read().decode("utf-8", "replace").strip().splitlines()[-3:]
-        return f"the fetch process exited with status {code}" + (f": {' | '.join(tail)}" if tail else "")
+        with self._stderr_lock:
+            if self._stderr.closed:
+                return None  # stopped by the parent (stop): not a death
+            self._stderr.seek(0)
+            tail = self._stderr.read().decode("utf-8", "replace").strip().splitlines()[-3:]
+        return f"the fetch process {_how(code)}" + (f": {' | '.join(tail)}" if tail else "")
+
+    def watch(self, on_death: Callable[[str], None]) -> None:
+        """Calls `on_death(why)` from a thread of its own if the child dies before the parent stops it:
+        under xdist only this process can see that, and the workers learn it from the store at once
+        (they would otherwise wait for its heartbeat to go stale)."""
+        proc = self._proc
+        if proc is None:
+            return
+
+        def wait() -> None:
+            proc.wait()
+            why = None if self._stopping else self.dead()
+            if why is not None:
+                on_death(why)
+
+        threading.Thread(target=wait, name="orbench-watch", daemon=True).start()
 
     def stop(self, wait: float) -> None:
         proc = self._proc
         if proc is None:
             return
+        self._stopping = True
         if proc.poll() is None:
             self._send(("stop",))
         self._close_stdin()
@@ -119,7 +142,8 @@ class FetchChild:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
-        self._stderr.close()
+        with self._stderr_lock:
+            self._stderr.close()
 
     def _close_stdin(self) -> None:
         if self._proc is not None and self._proc.stdin is not None:
@@ -127,6 +151,19 @@ class FetchChild:
                 self._proc.stdin.close()
             except (BrokenPipeError, OSError):
                 pass
+
+
+def _how(code: int) -> str:
+    """How a process ended, from its exit code (negative: the signal that killed it)."""
+    if code >= 0:
+        return f"exited with status {code}"
+    import signal
+
+    try:
+        name = f" ({signal.Signals(-code).name})"
+    except ValueError:
+        name = ""
+    return f"was killed by signal {-code}{name}"
 
 
 def _ignore_group_signals() -> None:
@@ -270,8 +307,7 @@ def _watch(pid: int, shard: int, work: dict[str, Any]) -> None:
     code = os.waitstatus_to_exitcode(status)
     if code == 0:
         return
-    how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
-    reason = f"fetch process {pid} (shard {shard + 1} of {work['shards']}) {how} before asking for this prompt"
+    reason = f"fetch process {pid} (shard {shard + 1} of {work['shards']}) {_how(code)} before asking for this prompt"
     store = Store(work["store"])
     try:
         jobs, _ = _share(work, shard, int(work["shards"]))

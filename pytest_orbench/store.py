@@ -284,6 +284,11 @@ class Store:
             conn.execute("UPDATE runs SET heartbeat = ?, done = total, errors = errors + ?, finished = 1 WHERE shard = ?",
                          (now, len(missing), f"{run}#{shard}"))
 
+    def started_shards(self, run: str) -> set[int]:
+        """The fetch processes of `run` that have started (each has its row)."""
+        rows = self._conn().execute("SELECT shard FROM runs WHERE run = ?", (run,)).fetchall()
+        return {int(row[0].rsplit("#", 1)[1]) for row in rows}
+
     def note(self, run: str, text: str | None, shard: int = 0) -> None:
         self._conn().execute("UPDATE runs SET note = ? WHERE shard = ?", (text, f"{run}#{shard}"))
 

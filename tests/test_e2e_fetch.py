@@ -383,8 +383,37 @@ def test_a_fetch_process_killed_midway_turns_its_prompts_into_errors_at_once(
     errors = results["datasets"]["toxic"]["errors"]
     asked = stats(server.url)["requests"]
     assert 0 < errors < 240 - 40, out  # the other process went on to the end
-    assert f"fetch process {killed} (shard 2 of 2) was killed by signal 9 before asking for this prompt" in out
+    assert f"fetch process {killed} (shard 2 of 2) was killed by signal 9 (SIGKILL) before asking for this prompt" in out
     assert asked + errors >= 240 and stats(server.url)["duplicates"] == 0
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_under_xdist_a_killed_fetch_process_is_an_error_at_once_naming_the_signal(
+        pytester: pytest.Pytester, mock_factory: Callable[..., MockServer]) -> None:
+    # Only the controller sees its child die; the workers waiting for replies learnt it from a heartbeat
+    # gone stale after 30 s ("has said nothing for 30 s; it is taken for dead").
+    import os
+    import signal
+    import subprocess
+
+    server = mock_factory(latency=0.3)  # 40 prompts, 4 at a time: 3 s
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", *mock_args(server, "--orbench-sample", "40",
+                             "--orbench-datasets", "toxic", "--orbench-concurrency", "4", "-n", "2", "-q")],
+                            cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    killed = None
+    deadline = time.monotonic() + 60
+    while killed is None and time.monotonic() < deadline and proc.poll() is None:
+        children = [pid for pid, parent in fetch_processes().items() if parent == proc.pid]
+        if children and stats(server.url)["requests"] >= 8:
+            killed = children[0]
+            os.kill(killed, signal.SIGKILL)
+        time.sleep(0.02)
+    started = time.monotonic()
+    out, _ = proc.communicate(timeout=120)
+    assert killed is not None, out
+    assert time.monotonic() - started < 20, out
+    assert "no reply for toxic-" in out and "the fetch process was killed by signal 9 (SIGKILL)" in out, out
+    assert "taken for dead" not in out
 
 
 def group_members(group: int) -> list[int]:
