@@ -311,6 +311,7 @@ class Waiter:
         self.run_id = run_id
         self.dead = dead  # the fetching process's own check of what fetches `key` (its child), if this is it
         self.on_wait = on_wait  # called about once a second while waiting (progress)
+        self._given_up: str | None = None  # a fetcher that never started or went silent is not waited for twice
 
     def result(self, key: str, first_wait: float = 120.0) -> Outcome:
         delay, started, last_note = 0.002, time.monotonic(), time.monotonic()
@@ -336,8 +337,11 @@ class Waiter:
                 if record is not None:
                     return Outcome(record=record)
                 return Outcome(error=state["fatal"] or "the fetcher finished without asking for this prompt")
-            problem = self._silent(state, started, first_wait)
+            problem = self._given_up or self._silent(state, started, first_wait)
             if problem is not None:
+                # Every later prompt would wait as long again (120 s each, a day for a run): it gets this now,
+                # unless its outcome has come in after all.
+                self._given_up = problem
                 return Outcome(error=problem)
             if self.on_wait is not None and time.monotonic() - last_note > 1.0:
                 self.on_wait()
