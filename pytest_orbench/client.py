@@ -33,13 +33,14 @@ class EndpointError(Exception):
     when the first few replies all are, and none was usable."""
 
     def __init__(self, message: str, *, retryable: bool, retry_after: float | None = None, fatal: bool = False,
-                 unreachable: bool = False, unusable: bool = False):
+                 unreachable: bool = False, unusable: bool = False, timed_out: bool = False):
         super().__init__(message)
         self.retryable = retryable
         self.retry_after = retry_after
         self.fatal = fatal
         self.unreachable = unreachable
         self.unusable = unusable
+        self.timed_out = timed_out  # no answer within the timeout (a hung endpoint, while nothing answers)
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -92,7 +93,7 @@ def describe_failure(exc: BaseException, api_base: str | None, timeout: float) -
         return EndpointError(f"malformed reply (not JSON) from {where}", retryable=True)
     if "Timeout" in names or "APITimeoutError" in names or any(isinstance(e, (TimeoutError, asyncio.TimeoutError))
                                                               for e in chain):
-        return EndpointError(f"timed out after {timeout:g} s", retryable=True)
+        return EndpointError(f"timed out after {timeout:g} s", retryable=True, timed_out=True)
     if names & {"ServerDisconnectedError", "ReadError", "RemoteProtocolError", "ClientOSError",
                 "ClientPayloadError"} or any(isinstance(e, (ConnectionResetError, BrokenPipeError)) for e in chain):
         return EndpointError(f"connection to {where} closed before a reply", retryable=True)
@@ -341,13 +342,13 @@ class LiteLLMCaller:
                 ll.acompletion(model=spec.model, messages=messages, timeout=spec.timeout, num_retries=0, **kwargs),
                 spec.timeout)
         except TimeoutError:
-            raise EndpointError(f"timed out after {spec.timeout:g} s", retryable=True) from None
+            raise EndpointError(f"timed out after {spec.timeout:g} s", retryable=True, timed_out=True) from None
         except ll.ContentPolicyViolationError:
             return Reply("", "content_filter")
         except Exception as exc:  # a rejected key, timeouts, 429, 5xx, connection errors, malformed replies
             failure = describe_failure(exc, spec.api_base, spec.timeout)
             raise EndpointError(self._scrub(str(failure)), retryable=failure.retryable, retry_after=failure.retry_after,
-                                unreachable=failure.unreachable, fatal=failure.fatal) from None
+                                unreachable=failure.unreachable, fatal=failure.fatal, timed_out=failure.timed_out) from None
         try:
             choice = response.choices[0]
             text = choice.message.content
@@ -404,7 +405,7 @@ class CallableCaller:
         try:
             result = await asyncio.wait_for(self._call(prompt), self.timeout)
         except TimeoutError:
-            raise EndpointError(f"target timed out after {self.timeout:g}s", retryable=True) from None
+            raise EndpointError(f"target timed out after {self.timeout:g}s", retryable=True, timed_out=True) from None
         except _TargetExit as exc:
             raise EndpointError(scrub(None, f"target raised {type(exc.raised).__name__}: {exc.raised}"),
                                 retryable=True) from None

@@ -186,7 +186,9 @@ class FetchLoop:
                 reply, attempts, seconds = await call_with_retries(caller, job.prompt, self.retries,
                                                                    should_retry=self._retry(job.config))
             except EndpointError as exc:
-                if exc.fatal or (exc.unreachable and self._answered[job.config] == 0):
+                # A prompt whose every attempt timed out, with nothing answered yet: a hung endpoint (it took
+                # retries x timeout per prompt, hours for a run); an endpoint that answers some goes on.
+                if exc.fatal or ((exc.unreachable or exc.timed_out) and self._answered[job.config] == 0):
                     why = ("no prompt was answered, so no more calls are made" if not self._answered[job.config]
                            else "so no more calls are made to it")
                     self._dead.setdefault(job.config, f"{exc} ({why})")

@@ -125,6 +125,18 @@ def test_a_reply_cut_at_max_tokens_before_any_text_is_an_error_naming_the_fix_no
     assert "errors" not in outcomes and outcomes.get("passed", 0) + outcomes.get("xfailed", 0) == 4
 
 
+def test_an_endpoint_that_never_answers_stops_the_calls_after_one_prompts_retries(
+        pytester: pytest.Pytester, mock_factory: Callable[..., MockServer]) -> None:
+    server = mock_factory(fault_rate=1.0, faults=("timeout",), fault_attempts=99, hang=5)
+    result = pytester.runpytest(*mock_args(server, "--orbench-sample", "20", "--orbench-retries", "1",
+                                           "--orbench-datasets", "toxic", "--orbench-timeout", "0.5",
+                                           "--orbench-concurrency", "2"))
+    assert result.parseoutcomes()["errors"] == 20
+    assert stats(server.url)["requests"] <= 4  # every prompt was asked twice, 20 rounds of timeouts
+    result.stdout.fnmatch_lines(["no reply for toxic-*: not requested: timed out after 0.5 s (no prompt was answered, so "
+                                 "no more calls are made)"])
+
+
 def test_a_reply_that_trickles_in_is_cut_at_the_timeout(pytester: pytest.Pytester,
                                                         mock_factory: Callable[..., MockServer]) -> None:
     # A byte every 0.2 s: no single read waits a second, so a timeout per read never fires; the timeout

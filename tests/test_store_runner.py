@@ -205,6 +205,29 @@ def test_an_unreachable_endpoint_stops_all_calls_at_once_with_one_message(tmp_pa
                       "not requested: connection refused by 127.0.0.1:9 (no prompt was answered, so no more calls are made)"}
 
 
+def test_a_hung_endpoint_is_not_waited_for_prompt_after_prompt(tmp_path: Path) -> None:
+    # Every attempt times out and nothing has answered: each prompt took (retries + 1) x timeout, a run of
+    # 1,974 prompts about 11 hours at the defaults. Once one prompt's attempts are spent, the calls stop.
+    caller = RaisingCaller(EndpointError("timed out after 60 s", retryable=True, timed_out=True))
+    jobs = [Job(f"k{i}", f"p{i}", i) for i in range(200)]
+    run_loop(Store(tmp_path), caller, jobs, concurrency=2, retries=1)
+    assert len(caller.prompts) <= 4  # the two prompts in flight, each asked twice
+    errors = {Waiter(Store(tmp_path), "r").result(j.key).error for j in jobs}
+    assert errors <= {"timed out after 60 s",
+                      "not requested: timed out after 60 s (no prompt was answered, so no more calls are made)"}
+
+    class SlowOnSome(SlowCaller):  # answers, but some prompts take longer than the timeout: not a hung endpoint
+        async def __call__(self, prompt: str) -> Reply:
+            await super().__call__(prompt)
+            if prompt != "p0":
+                raise EndpointError("timed out after 60 s", retryable=True, timed_out=True)
+            return Reply("ok", "stop")
+
+    some = SlowOnSome()
+    run_loop(Store(tmp_path / "2"), some, jobs[:20], concurrency=1, retries=0)
+    assert len(some.prompts) == 20
+
+
 def test_a_refused_connection_after_replies_is_retried_as_a_blip(tmp_path: Path) -> None:
     class Blip(SlowCaller):
         async def __call__(self, prompt: str) -> Reply:
