@@ -30,8 +30,10 @@ from pytest_orbench.client import (
     _import_litellm,
     call_with_retries,
     describe_failure,
+    hide,
     no_visible_text,
     scrub,
+    secrets_of,
 )
 from pytest_orbench.prices import Price, price_of
 from pytest_orbench.spec import ModelSpec, provider_of, redact_url
@@ -96,6 +98,7 @@ class Endpoint:
 
     def __init__(self, spec: ModelSpec, system_prompt: str | None, retries: int) -> None:
         self.spec, self.system_prompt, self.retries = spec, system_prompt, retries
+        self.secrets = secrets_of(spec)  # a reply that echoes the key is never stored with it
         self.provider = provider_of(spec.model)
         self.name = f"{self.provider} {redact_url(spec.api_base) or 'default'}"  # where its batches can be retrieved
         kwargs = spec.request_kwargs()
@@ -131,7 +134,7 @@ class Endpoint:
         usage = body.get("usage") or {}
         prompt_tokens, completion_tokens = usage.get("prompt_tokens"), usage.get("completion_tokens")
         fingerprint = body.get("system_fingerprint")
-        record = Reply(text, finish, body.get("model"), prompt_tokens, completion_tokens,
+        record = Reply(hide(str(text), self.secrets), finish, body.get("model"), prompt_tokens, completion_tokens,
                        self.cost(prompt_tokens, completion_tokens),
                        fingerprint if isinstance(fingerprint, str) and fingerprint else None).record()
         record["batch_id"] = batch_id

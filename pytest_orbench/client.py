@@ -277,14 +277,24 @@ def scrub(spec: ModelSpec | None, text: str, env: Mapping[str, str] | None = Non
     put it in a report. With no spec (a `target:` function, a custom judge: the user's code, which may
     put its own credentials in an exception; the Action's comment), only the values named like secrets
     in `env` (default: this process's environment)."""
+    return hide(text, secrets_of(spec, env))
+
+
+def secrets_of(spec: ModelSpec | None, env: Mapping[str, str] | None = None) -> list[str]:
+    """What `scrub` hides, longest first."""
     env = os.environ if env is None else env
     secrets: list[str | None] = []
     if spec is not None:
         key = spec.api_key or (env.get(spec.api_key_env) if spec.api_key_env else None)
         secrets = [s for s in [key, *(env.get(name) for name in env_refs(spec.call_kwargs))] if s and len(s) >= 4]
     secrets += [v for name, v in env.items() if len(v) >= 8 and _SECRET_NAME.search(name)]
-    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
-        text = text.replace(secret, "***")
+    return sorted({s for s in secrets if s}, key=len, reverse=True)
+
+
+def hide(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, "***")
     return text
 
 
@@ -295,9 +305,10 @@ class LiteLLMCaller:
         self.spec = spec
         self.system_prompt = system_prompt
         self.litellm = _import_litellm()
+        self._secrets = secrets_of(spec)
 
     def _scrub(self, text: str) -> str:
-        return scrub(self.spec, text)
+        return hide(text, self._secrets)
 
     async def aclose(self) -> None:
         """Close litellm's cached HTTP sessions inside the loop that opened them.
@@ -362,7 +373,7 @@ class LiteLLMCaller:
         hidden = getattr(response, "_hidden_params", None) or {}
         cost = hidden.get("response_cost") if isinstance(hidden, dict) else None
         return Reply(
-            text or "",
+            self._scrub(text or ""),  # an endpoint that echoes the key in its reply: never stored or reported
             finish,
             getattr(response, "model", None),
             getattr(usage, "prompt_tokens", None),
@@ -397,6 +408,7 @@ class CallableCaller:
         self.system_prompt = system_prompt
         self.timeout = timeout
         self.function = load_target(target)
+        self._secrets = secrets_of(None)  # environment values named like secrets, never kept from a reply
 
     async def aclose(self) -> None:
         pass
@@ -417,7 +429,7 @@ class CallableCaller:
                                 unusable=True)
         if not isinstance(result, str):
             raise EndpointError(f"target returned {type(result).__name__}, expected str", retryable=False, unusable=True)
-        return Reply(result, "stop")
+        return Reply(hide(result, self._secrets), "stop")
 
     async def _call(self, prompt: str) -> Any:
         # SystemExit and KeyboardInterrupt raised by the user's code (an app that calls sys.exit on an error;

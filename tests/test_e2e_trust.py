@@ -330,3 +330,48 @@ def test_a_full_run_against_a_sampled_baseline_says_what_it_did_not_compare(pyte
         "  warning: mini: this sample of 12 paired prompts can only detect*",
     ])
     assert load(pytester.path / "r.json")["datasets"]["mini"]["comparison"]["not_in_baseline"] == 48
+
+
+def test_a_reply_that_echoes_the_key_is_stored_and_reported_without_it(pytester: pytest.Pytester,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # A gateway in a debug mode that answers with the request's headers: the key came back in the reply
+    # text, and went into the store, the results file and the report.
+    import json
+    import sqlite3
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Echo(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            text = f"I can help with that. Debug: you sent Authorization: {self.headers['Authorization']}"
+            body = json.dumps({"id": "x", "object": "chat.completion", "created": 1, "model": "echo",
+                               "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                            "finish_reason": "stop"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-echoed-SECRET-4242")
+    try:
+        result = pytester.runpytest("--orbench", "--orbench-model", "openai/echo", "--orbench-api-base",
+                                    f"http://127.0.0.1:{server.server_address[1]}/v1", "-p", "no:cacheprovider",
+                                    "--orbench-datasets", "hard-1k", "--orbench-sample", "3", "-rA",
+                                    "--orbench-json", "r.json", "--orbench-markdown", "r.md")
+    finally:
+        server.shutdown()
+        server.server_close()
+    replies = sqlite3.connect(pytester.path / ".orbench" / "responses.sqlite3").execute(
+        "SELECT record FROM responses").fetchall()
+    assert len(replies) == 3 and all("Bearer ***" in r[0] for r in replies)
+    written = "".join(r[0] for r in replies) + result.stdout.str() + (pytester.path / "r.json").read_text() + \
+        (pytester.path / "r.md").read_text()
+    assert "Debug: you sent Authorization: Bearer ***" in (pytester.path / "r.json").read_text()
+    assert "SECRET-4242" not in written
