@@ -308,6 +308,19 @@ class Coordinator:
         return (f"orbench: {done}/{total} replies ({100 * done / total:.0f}%), {rate:.1f}/s, {eta}, "
                 f"{state['errors']} errors so far")
 
+    def stopping(self) -> str | None:
+        """What stopping now waits for, when the fetch is not over (an interruption, -x), else None."""
+        if not self.fetches or not self.jobs or self.store is None or (self.child is None and self.thread is None):
+            return None
+        try:
+            state = self.store.run_state(self.run_id)
+        except sqlite3.Error:
+            return None
+        if state is None or state["finished"]:
+            return None
+        return (f"orbench: stopping the fetch at {state['done']}/{state['total']} replies: the requests in flight are "
+                f"paid for, so they finish and are stored for the next run (waiting up to {DRAIN:g} s)")
+
     def stop(self) -> None:
         """Stops the fetching (what is in flight is stored first) and closes the store; safe to repeat."""
         if self.thread is not None:

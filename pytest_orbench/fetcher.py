@@ -314,6 +314,7 @@ class Waiter:
         self.dead = dead  # the fetching process's own check of what fetches `key` (its child), if this is it
         self.on_wait = on_wait  # called about once a second while waiting (progress)
         self._given_up: str | None = None  # a fetcher that never started or went silent is not waited for twice
+        self._seen = False  # the run's row was seen: once it is gone, the fetching process has cleared it (stopped)
 
     def result(self, key: str, first_wait: float = 120.0) -> Outcome:
         delay, started, last_note = 0.002, time.monotonic(), time.monotonic()
@@ -332,6 +333,9 @@ class Waiter:
                                judge_fetched=bool(judge_fetched))
             if problem is not None:
                 return Outcome(error=problem)
+            if state is None and self._seen:
+                return Outcome(error="the run was stopped (interrupted) before this prompt's reply came")
+            self._seen = self._seen or state is not None
             if state is not None and state["finished"]:
                 # No outcome and the run is over: a reply the fetcher counted as fresh (not refetched)
                 # is in the store; anything else is an error, never a wait.

@@ -230,6 +230,12 @@ class OrbenchPlugin:
         finally:
             self.progress.stop()
             self._save_verdicts()
+            note = self.coordinator.stopping()
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            if note is not None and reporter is not None:  # Ctrl-C, -x: the wait that follows is not a hang
+                if self.config.get_terminal_writer().width_of_current_line:
+                    reporter.write("\n")  # after xdist's progress characters, on a line of its own
+                reporter.write_line(note, yellow=True)
             self.coordinator.stop()
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:

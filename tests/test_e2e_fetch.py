@@ -428,6 +428,35 @@ def test_under_xdist_a_killed_fetch_process_is_an_error_at_once_naming_the_signa
     assert "taken for dead" not in out
 
 
+def test_an_interrupted_run_counts_every_call_it_paid_for_and_says_what_it_waits_for(pytester: pytest.Pytester,
+                                                          mock_factory: Callable[..., MockServer]) -> None:
+    # Ctrl-C while calls are in flight: they finish and are stored (paid for), but their prompts' tests never
+    # run. The results counted only the prompts that ran ("calls: 4 made" after 8 calls).
+    import signal
+    import subprocess
+
+    server = mock_factory(latency=1.0)
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", *mock_args(server, "--orbench-datasets", "toxic",
+                             "--orbench-sample", "12", "--orbench-seed", "3", "--orbench-concurrency", "4",
+                             "--orbench-json", "r.json", "-q")],
+                            cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while stats(server.url)["completions"] < 4 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.3)  # the first 4 tests report; the next 4 calls are in flight
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    calls = load(pytester.path / "r.json")["run"]["calls"]
+    served = stats(server.url)
+    assert served["requests"] == served["completions"] and 4 < served["requests"] < 12, out  # in flight: finished
+    # Every call paid for is counted: the prompts that ran in `made`, the rest in `fetched_not_run`.
+    assert calls["made"] + calls["fetched_not_run"] == served["requests"] and calls["fetched_not_run"] > 0, out
+    assert f"{calls['fetched_not_run']} more fetched for prompts that did not run (stored; not counted here)" in out
+    # The wait for the calls in flight (up to a minute) is said, not left to look like a hang.
+    assert re.search(r"orbench: stopping the fetch at \d+/12 replies: the requests in flight are paid for, so they "
+                     r"finish and are stored for the next run \(waiting up to 60 s\)", out), out
+
+
 def group_members(group: int) -> list[int]:
     """Live processes (zombies aside) in process group `group`."""
     found = []

@@ -331,6 +331,20 @@ def test_every_wait_is_bounded(tmp_path: Path, state: str, message: str) -> None
     assert dead.result("k1").error == "the fetch process exited with status 1: ImportError: litellm"
 
 
+def test_a_wait_ends_when_the_fetching_process_clears_the_run(tmp_path: Path) -> None:
+    # Ctrl-C under xdist: the controller stops the fetch and clears the run's rows while workers still wait;
+    # they took the missing rows for a fetcher not started yet and waited on (until xdist killed them).
+    import threading
+
+    store = Store(tmp_path)
+    store.start_run("r", 2)
+    threading.Timer(0.3, lambda: Store(tmp_path).clear_run("r")).start()
+    started = time.monotonic()
+    outcome = Waiter(store, "r").result("k1", first_wait=30)
+    assert outcome.error == "the run was stopped (interrupted) before this prompt's reply came"
+    assert time.monotonic() - started < 5
+
+
 def test_a_fetcher_that_ends_while_a_test_waits_still_delivers_what_it_committed(tmp_path: Path) -> None:
     # The fetcher commits its last outcomes and ends between two looks of the waiter (a fast target:
     # 250 replies in 0.2 s). Whatever it committed is delivered, not "the fetch thread stopped".
