@@ -78,11 +78,11 @@ class JudgeStage:
             result, attempts, seconds = await call_with_retries(
                 self._caller.complete, self.llm.messages(prompt, reply), self.retries, should_retry=self._retry)
         except EndpointError as exc:
+            # As for the endpoint (fetcher.FetchLoop): a rejected key, or a judge that cannot be reached or
+            # never answers while none of its calls has, is not asked again for every reply.
             if exc.fatal:
                 self._fatal = str(exc)
-            elif exc.unreachable and self._answered == 0:
-                # As for the endpoint under test: a judge nobody answers (refused, DNS, TLS) is not retried
-                # for every reply with backoff; the rest are errors at once, saying why.
+            elif (exc.unreachable or exc.timed_out) and self._answered == 0:
                 self._fatal = self._fatal or f"{exc} (no judge call was answered, so no more are made)"
             raise EndpointError(f"judge call failed: {exc}", retryable=False) from None
         self._answered += 1
