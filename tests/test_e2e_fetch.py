@@ -154,7 +154,14 @@ def test_a_store_that_cannot_be_written_is_a_usage_error_before_any_call(pyteste
     (pytester.path / "not-a-folder").write_text("")  # a read-only folder too, but that needs a user other than root
     result = pytester.runpytest(*mock_args(mock, "--orbench-sample", "2", "--orbench-store", "not-a-folder/store"))
     assert result.ret == pytest.ExitCode.USAGE_ERROR and stats(mock.url)["requests"] == 0
-    result.stderr.fnmatch_lines(["ERROR: pytest-orbench: the response store */not-a-folder/store cannot be written: *; "
+    result.stderr.fnmatch_lines(["ERROR: pytest-orbench: --orbench-store */not-a-folder/store is inside */not-a-folder, "
+                                 "which is a file: the response store is a folder; give a folder path (default .orbench)"])
+    # A folder that is there, but whose database SQLite cannot use (here: not a database at all).
+    (pytester.path / "damaged").mkdir()
+    (pytester.path / "damaged" / "responses.sqlite3").write_text("not a database " * 100)
+    result = pytester.runpytest(*mock_args(mock, "--orbench-sample", "2", "--orbench-store", "damaged"))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR and stats(mock.url)["requests"] == 0
+    result.stderr.fnmatch_lines(["ERROR: pytest-orbench: the response store */damaged cannot be written: *; "
                                  "point --orbench-store (store: in orbench.yaml) at a folder you can write to, on a disk "
                                  "with free space"])
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
