@@ -5,6 +5,7 @@ instead of submitting again; an expired batch is followed by one for the missing
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -107,9 +108,11 @@ def test_a_session_that_stops_waiting_says_so_and_the_next_run_collects_the_same
     [error] = errors
     assert error is not None
     assert "not answered yet: this session stopped waiting after 1 s (--orbench-batch-wait) while batch batch_" in error
-    assert error.endswith("was in_progress; run again to collect it (it is not submitted again)")
+    # How far the batch got in that second depends on how busy the machine is (validating, then in_progress).
+    status = re.search(r"was (validating|in_progress); run again to collect it \(it is not submitted again\)$", error)
+    assert status is not None, error
     listed = orbench_batches(pytester)
-    listed.stdout.fnmatch_lines([f"batch_*  openai {server.url}  in_progress  0/{N}  {N}  20*",
+    listed.stdout.fnmatch_lines([f"batch_*  openai {server.url}  {status.group(1)}  0/{N}  {N}  20*",
                                  "1 open: the next run with this store (and --orbench-batch) polls them instead of "
                                  "submitting their prompts again"])
     collected = pytester.runpytest(*args)
