@@ -328,7 +328,7 @@ def _judge_eval(args: argparse.Namespace) -> int:
         print(f"nothing was measured: none of the {result['rows']} replies got a verdict ({result['errors']} errors, "
               f"{result['unscored']} unscored; each error is listed among the disagreements: --show N, or --json)", file=sys.stderr)
         return 1
-    if args.fail_under is not None and (agreement is None or agreement < args.fail_under):
+    if args.fail_under is not None and agreement < args.fail_under:
         print(f"binary agreement below --fail-under {args.fail_under}", file=sys.stderr)
         return 1
     return 0
