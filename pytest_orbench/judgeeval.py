@@ -261,7 +261,7 @@ def _pp(figure: dict[str, Any]) -> str:
 
 def _kappa(figure: dict[str, Any]) -> str:
     if figure["value"] is None:
-        return f"n/a: undefined, {figure.get('undefined') or 'one class throughout'}"
+        return f"n/a: undefined, {figure['undefined']}"  # set by _figures whenever the value is None
     interval = figure["ci95"]
     return f"{figure['value']:.3f}" + (f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "")
 
