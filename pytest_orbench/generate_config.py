@@ -193,14 +193,14 @@ def build_config(values: dict[str, Any], base: Path) -> GenerateConfig:
     def path(key: str) -> Path | None:
         return (base / str(values[key])).resolve() if values.get(key) else None
 
-    out = path("out")
+    out, toxic_out, summary = path("out"), path("toxic_out"), path("summary")
     assert out is not None
-    for p in (out, path("toxic_out")):
+    for p in (out, toxic_out):
         if p is not None and p.suffix.lower() not in (".csv", ".jsonl"):
             raise GenerateError(f"{p.name}: output files are .csv or .jsonl")
     from pytest_orbench.jsonfile import output_problem
 
-    problem = output_problem({"--out": out, "--toxic-out": path("toxic_out"), "--summary": path("summary")},
+    problem = output_problem({"--out": out, "--toxic-out": toxic_out, "--summary": summary},
                              {"--seeds": seeds_file})
     if problem:
         raise GenerateError(problem)
@@ -217,8 +217,8 @@ def build_config(values: dict[str, Any], base: Path) -> GenerateConfig:
         panel_min=panel_min,
         panel_judge=str(values["panel_judge"]),
         judge_model=judge_model,
-        toxic_out=path("toxic_out"),
-        summary=path("summary"),
+        toxic_out=toxic_out,
+        summary=summary,
         dedupe=dedupe,
         concurrency=_positive(values, "concurrency", 1, int),
         retries=_positive(values, "retries", 0, int),
