@@ -17,7 +17,15 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from pytest_orbench.spec import PROVIDER_KEYS, LoadError, ModelSpec, env_refs, load_callable, provider_of
+from pytest_orbench.spec import (
+    PROVIDER_KEYS,
+    TARGET_PARAMETERS,
+    LoadError,
+    ModelSpec,
+    env_refs,
+    load_callable,
+    provider_of,
+)
 
 # Statuses worth another attempt: rate limits, overload, server faults, gateway timeouts.
 RETRY_STATUSES = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
@@ -469,7 +477,7 @@ def _is_async(function: Any) -> bool:
 
 def load_target(spec: str) -> Callable[..., Any]:
     try:
-        return load_callable(spec, "target", ("prompt", "system_prompt"))  # type: ignore[no-any-return]
+        return load_callable(spec, "target", TARGET_PARAMETERS)  # type: ignore[no-any-return]
     except LoadError as exc:
         raise EndpointError(str(exc), retryable=False, fatal=True) from exc
 

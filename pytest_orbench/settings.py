@@ -22,7 +22,7 @@ from pytest_orbench.dataset import BUILTINS, DatasetError, DatasetSpec, parse_sp
 from pytest_orbench.gate import GateConfig, GateConfigError, parse_gate
 from pytest_orbench.markdown import MIN_MARKDOWN_CHARS
 from pytest_orbench.options import BY_KEY, MAX_TRIALS, OPTIONS, Option, parse_age
-from pytest_orbench.spec import LoadError, ModelSpec, public_kwargs, secret_problem
+from pytest_orbench.spec import TARGET_PARAMETERS, LoadError, ModelSpec, load_callable, public_kwargs, secret_problem
 
 if TYPE_CHECKING:
     from pytest_orbench.batch import BatchSettings
@@ -254,14 +254,11 @@ def _importable(folders: list[Path]) -> str:
 def _check_target(target: str, folders: list[Path]) -> None:
     """Import the target before any call (a usage error if it cannot be), with the rootdir and
     orbench.yaml's folder importable."""
-    from pytest_orbench.client import EndpointError, load_target
-
     hint = _importable(folders)
     try:
-        load_target(target)
-    except EndpointError as exc:
-        failed_import = isinstance(exc.__cause__, LoadError) and not exc.__cause__.imported
-        raise _fail(f"{exc}. The target's module must be importable: {hint}" if failed_import else str(exc)) from None
+        load_callable(target, "target", TARGET_PARAMETERS)
+    except LoadError as exc:
+        raise _fail(f"{exc}. The target's module must be importable: {hint}" if not exc.imported else str(exc)) from None
 
 
 def _judge(values: dict[str, Any], folders: list[Path]) -> ModelSpec | None:

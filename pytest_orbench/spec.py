@@ -120,6 +120,9 @@ class LoadError(ValueError):
         self.imported = imported
 
 
+TARGET_PARAMETERS = ("prompt", "system_prompt")  # what a `target:` function is called with
+
+
 def load_callable(spec: str, what: str, parameters: tuple[str, ...]) -> Any:
     """The function 'package.module:function' names (a `target:`, a custom judge), imported and checked to
     take `parameters` positionally: one usage error before any call instead of an error per prompt."""
