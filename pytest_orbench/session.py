@@ -318,15 +318,13 @@ class OrbenchPlugin:
                      base_outcomes: list[Outcome] | None = None) -> PromptRecord:
         """A prompt with no verdict in any trial: no reply (the endpoint failed) or no judgement of the replies
         it got (the judge failed); those replies are stored, and counted as such."""
-        outcomes, base_outcomes = outcomes or [], base_outcomes or []
-        every = [*outcomes, *base_outcomes]
+        outcomes = outcomes or []
         return cast(PromptRecord, {  # (a cast: mypy cannot build a TypedDict from others' keys plus its own)
             **_identity(item.prompt), "verdict": Verdict.ERROR.value, "refused": None, "matched": None,
             "refused_share": None, "refused_trials": 0, "scored_trials": 0, "trial_errors": len(outcomes),
             "judge_reason": "", "error": error, "error_from": _error_from(outcomes[0]) if outcomes else "endpoint",
             "from_store": False, "fetched": any(o.fetched for o in outcomes),
-            "reply_excerpt": "", **self._costs(outcomes, base_outcomes), "calls_made": sum(1 for o in every if o.fetched),
-            "calls_stored": sum(1 for o in every if not o.fetched and o.record is not None)})
+            "reply_excerpt": "", **self._costs(outcomes, base_outcomes), **_calls([*outcomes, *(base_outcomes or [])])})
 
     @staticmethod
     def _costs(outcomes: list[Outcome], base_outcomes: list[Outcome] | None = None) -> Costs:
@@ -433,9 +431,7 @@ class OrbenchPlugin:
             "finish_reason": reply.get("finish_reason"),
             "served_model": reply.get("model"), "system_fingerprint": reply.get("system_fingerprint"),
             "stored_at": reply.get("stored_at"),
-            **self._costs(outcomes, base_outcomes),
-            "calls_made": sum(1 for o in [*outcomes, *(base_outcomes or [])] if o.fetched),
-            "calls_stored": sum(1 for o in [*outcomes, *(base_outcomes or [])] if not o.fetched and o.record is not None),
+            **self._costs(outcomes, base_outcomes), **_calls([*outcomes, *(base_outcomes or [])]),
         })
         if base_outcomes:
             base, base_reply = self._combined(item, base_outcomes)
@@ -456,6 +452,12 @@ def _identity(p: Prompt) -> dict[str, str]:
     """The fields that name a prompt in its record."""
     return {"id": p.id, "dataset": p.dataset, "category": p.category, "expected": p.expected,
             "prompt_sha256": p.prompt_sha256, "prompt": p.text}
+
+
+def _calls(outcomes: list[Outcome]) -> dict[str, int]:
+    """A prompt's endpoint calls (every trial, the live base's too): made in this run, and read from the store."""
+    return {"calls_made": sum(1 for o in outcomes if o.fetched),
+            "calls_stored": sum(1 for o in outcomes if not o.fetched and o.record is not None)}
 
 
 def _error_from(outcome: Outcome) -> str:
