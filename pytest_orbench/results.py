@@ -8,7 +8,7 @@ junitxml plugin is), never on a worker: workers send their records in the test r
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -44,12 +44,12 @@ class Run(Protocol):
     datasets: list[Dataset]
     baseline: BaselineDocument | None
     scheduled: set[str] | None
-    keys_of: dict[str, set[str]]  # prompt id -> the store keys of its replies
     started: float
     progress: ProgressDisplay
     coordinator: Coordinator
 
     def run_meta(self, config: int = 0) -> RunMeta: ...
+    def keys_of(self, prompt_ids: Collection[str]) -> set[str]: ...
 
 
 # pytest options after which it only shows something (what would run, fixtures, markers) and runs no test.
@@ -159,8 +159,7 @@ class RunResults:
         }
         # Calls made for prompt tests that then did not run (-x, Ctrl-C after the fetch got ahead): paid for
         # and stored, but in no record; counted apart so the run's calls and spend are not mistaken for all of it.
-        ran = set().union(*(self.plugin.keys_of.get(r["id"], set()) for r in records))
-        unrun = len(self.plugin.coordinator.paid - ran)
+        unrun = len(self.plugin.coordinator.paid - self.plugin.keys_of(self.records.keys()))
         if unrun:
             run["calls"]["fetched_not_run"] = unrun
         run["spend"] = {"endpoint": _spend([(r["cost"], r["usage"]) for r in owners])}

@@ -9,7 +9,7 @@ import time
 import types
 import uuid
 from collections import Counter
-from collections.abc import Generator, Iterable
+from collections.abc import Collection, Generator, Iterable
 from typing import Any, cast
 
 import pytest
@@ -83,9 +83,12 @@ class OrbenchPlugin:
             self.coordinator.on_wait = self.progress.waiting
             # The records come to the controller in the test reports.
             config.pluginmanager.register(RunResults(self), "orbench-results")
-        self._requests = {self.nodeid(d, p): self.requests(p) for d in self.datasets for p in d.prompts}
-        self._prompt_ids = {self.nodeid(d, p): p.id for d in self.datasets for p in d.prompts}
-        self.keys_of = {p.id: {r.key for r in self._requests[self.nodeid(d, p)].all} for d in self.datasets for p in d.prompts}
+        self._requests: dict[str, Requests] = {}  # node id -> every call its test needs
+        self._prompt_ids: dict[str, str] = {}  # node id -> prompt id
+        for d in self.datasets:
+            for p in d.prompts:
+                nodeid = self.nodeid(d, p)
+                self._requests[nodeid], self._prompt_ids[nodeid] = self.requests(p), p.id
         # The prompts selected to run (after -k, -m, --deselect, --lf, node ids), once collection is over;
         # None until then. A run that stopped after all of them ran checked everything it selected.
         self.scheduled: set[str] | None = None
@@ -255,6 +258,11 @@ class OrbenchPlugin:
         """Remember which prompts were selected to run (every xdist worker collects the same)."""
         if self.scheduled is None:
             self.scheduled = {self._prompt_ids[n] for n in nodeids if n in self._prompt_ids}
+
+    def keys_of(self, prompt_ids: Collection[str]) -> set[str]:
+        """The store keys of these prompts' replies (every trial, the live base's too)."""
+        return {r.key for nodeid, requests in self._requests.items() if self._prompt_ids[nodeid] in prompt_ids
+                for r in requests.all}
 
     def _check_max_cost(self, plan: Plan) -> None:
         """Refuse to start when the run's estimate (every prompt of the run, before -k deselection) is over
