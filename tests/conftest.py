@@ -102,3 +102,14 @@ def orbench_env(monkeypatch: pytest.MonkeyPatch, data_dir: Path, tmp_path: Path)
 def mock_args(server: MockServer, *extra: str) -> list[str]:
     return ["--orbench", "--orbench-model", "openai/orbench-mock", "--orbench-api-base", server.url,
             "-p", "no:cacheprovider", "-p", "no:randomly", *extra]
+
+
+def raise_at_call(n: int, exc: str = 'RuntimeError("boom")') -> str:
+    """A pytester conftest that raises `exc` from the n-th test call: a failure (for -x), or Ctrl-C."""
+    return f"""
+        SEEN = []
+        def pytest_runtest_call(item):
+            SEEN.append(item)
+            if len(SEEN) == {n}:
+                raise {exc}
+    """

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import load, mock_args, stats
+from tests.conftest import load, mock_args, raise_at_call, stats
 from tests.test_e2e_trust import hard_prompts, write_set
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
@@ -42,13 +42,7 @@ def test_your_failing_test_after_every_prompt_ran_under_x_leaves_the_run_complet
 
 @pytest.mark.parametrize("workers", ["0", "2"])
 def test_a_run_stopped_by_x_counts_the_prompts_it_selected(pytester: pytest.Pytester, mock: Any, workers: str) -> None:
-    pytester.makeconftest("""
-        SEEN = []
-        def pytest_runtest_call(item):
-            SEEN.append(item)
-            if len(SEEN) == 3:
-                raise RuntimeError("boom")
-    """)
+    pytester.makeconftest(raise_at_call(3))
     args = mock_args(mock, "--orbench-sample", "5", "--orbench-seed", "5", "-k", "hard-1k", "-x", "-n", workers,
                      "--orbench-json", "r.json")
     result = pytester.runpytest_subprocess(*args) if workers != "0" else pytester.runpytest(*args)

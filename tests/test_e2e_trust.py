@@ -14,7 +14,7 @@ import pytest
 
 from pytest_orbench.simulator import MockConfig, MockServer
 from pytest_orbench.simulator_roles import decide
-from tests.conftest import load, mock_args, stats
+from tests.conftest import load, mock_args, raise_at_call, stats
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
 CAREFUL = "Be careful."
@@ -88,13 +88,7 @@ def test_interrupted_run_never_writes_or_changes_a_baseline(pytester: pytest.Pyt
     assert pytester.runpytest(*mock_args(mock, *common, "--orbench-update-baseline")).ret == 0
     before = (pytester.path / "b.json").read_bytes()
     # Ctrl-C after 15 of the 40 prompts: KeyboardInterrupt, as SIGINT raises it, in the middle of the run.
-    pytester.makeconftest("""
-        SEEN = []
-        def pytest_runtest_call(item):
-            SEEN.append(item)
-            if len(SEEN) == 15:
-                raise KeyboardInterrupt
-    """)
+    pytester.makeconftest(raise_at_call(15, "KeyboardInterrupt"))
     # In a process of its own, as a user's run would be (an interrupt must not reach this test's process).
     interrupted = pytester.runpytest_subprocess(*mock_args(mock, *common, "--orbench-update-baseline",
                                                            "--orbench-refresh", "--orbench-json", "r.json"))
@@ -123,13 +117,7 @@ def test_a_run_stopped_by_x_is_inconclusive_not_a_pass(pytester: pytest.Pytester
     common = ("--orbench-sample", "20", "--orbench-seed", "5", "--orbench-baseline", "b.json")
     assert pytester.runpytest(*mock_args(mock, *common, "--orbench-update-baseline")).ret == 0
     # One failure in the 10th test (any failure: an endpoint error within the budget did it for a user) under -x.
-    pytester.makeconftest("""
-        SEEN = []
-        def pytest_runtest_call(item):
-            SEEN.append(item)
-            if len(SEEN) == 10:
-                raise RuntimeError("boom")
-    """)
+    pytester.makeconftest(raise_at_call(10))
     stopped = pytester.runpytest(*mock_args(mock, *common, "-x", "--orbench-json", "r.json"))
     assert stopped.ret == pytest.ExitCode.TESTS_FAILED
     stopped.stdout.fnmatch_lines(["orbench gate: INCONCLUSIVE", "*INCONCLUSIVE: run completed: the run stopped early "
