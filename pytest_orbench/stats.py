@@ -66,16 +66,11 @@ def paired_share_diff_ci(before: list[float], after: list[float], trials_before:
     if n == 0 or n != len(after):
         return (-1.0, 1.0)
     p1, p2 = sum(after) / n, sum(before) / n
-    l1, u1 = share_interval(after, trials_after, z)
-    l2, u2 = share_interval(before, trials_before, z)
     sxx = sum((y - p1) ** 2 for y in after)
     syy = sum((x - p2) ** 2 for x in before)
     sxy = sum((y - p1) * (x - p2) for x, y in zip(before, after))
     r = sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else 0.0
-    delta = p1 - p2
-    dl = math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * r * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
-    du = math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * r * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
-    return (max(-1.0, delta - dl), min(1.0, delta + du))
+    return _mover(p1, share_interval(after, trials_after, z), p2, share_interval(before, trials_before, z), r)
 
 
 def paired_diff_ci(both: int, only_current: int, only_baseline: int, neither: int, z: float = Z95) -> tuple[float, float]:
@@ -90,13 +85,18 @@ def paired_diff_ci(both: int, only_current: int, only_baseline: int, neither: in
         return (-1.0, 1.0)
     p1 = (both + only_current) / n
     p2 = (both + only_baseline) / n
-    l1, u1 = wilson(both + only_current, n, z)
-    l2, u2 = wilson(both + only_baseline, n, z)
     margins = (both + only_current) * (only_baseline + neither) * (both + only_baseline) * (only_current + neither)
     phi = (both * neither - only_current * only_baseline) / math.sqrt(margins) if margins else 0.0
+    return _mover(p1, wilson(both + only_current, n, z), p2, wilson(both + only_baseline, n, z), phi)
+
+
+def _mover(p1: float, ci1: tuple[float, float], p2: float, ci2: tuple[float, float], r: float) -> tuple[float, float]:
+    """Interval for p1 - p2 from each one's interval and their correlation r (MOVER, Zou & Donner 2008;
+    Newcombe 1998 method 10), clipped to [-1, 1]."""
+    (l1, u1), (l2, u2) = ci1, ci2
     delta = p1 - p2
-    dl = math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
-    du = math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
+    dl = math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * r * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
+    du = math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * r * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
     return (max(-1.0, delta - dl), min(1.0, delta + du))
 
 
