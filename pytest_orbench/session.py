@@ -207,17 +207,17 @@ class OrbenchPlugin:
         """Keep the prompt tests named by node ids on the command line (a dataset, or one prompt), and your
         own tests collected from the paths named beside them."""
         def chosen(item: pytest.Item) -> bool:
-            return not isinstance(item, PromptItem) or any(
-                item.nodeid == s or item.nodeid.startswith(s.rstrip("/") + "::") for s in self.selected)
+            return not isinstance(item, PromptItem) or any(_names(s, item.nodeid) for s in self.selected)
 
-        unmatched = [s for s in self.selected if not any(
-            i.nodeid == s or i.nodeid.startswith(s.rstrip("/") + "::") for i in items if isinstance(i, PromptItem))]
+        unmatched = [s for s in self.selected if not any(_names(s, i.nodeid) for i in items if isinstance(i, PromptItem))]
         if unmatched:
             names = ", ".join(d.name for d in self.datasets)
             raise pytest.UsageError(f"pytest-orbench: {unmatched[0]}: no such prompt test in this run (datasets: {names}); "
                                     "ids look like orbench/hard-1k::privacy-0801 (see pytest --orbench --collect-only -q)")
-        keep = [i for i in items if chosen(i)]
-        dropped = [i for i in items if not chosen(i)]
+        keep: list[pytest.Item] = []
+        dropped: list[pytest.Item] = []
+        for item in items:
+            (keep if chosen(item) else dropped).append(item)
         if dropped:
             config.hook.pytest_deselected(items=dropped)
         items[:] = keep
@@ -449,6 +449,11 @@ class OrbenchPlugin:
                 "system_fingerprint": base_reply.get("system_fingerprint"), "base_cost": costs["cost"],
                 "base_usage": costs["usage"]})
         return record
+
+
+def _names(selected: str, nodeid: str) -> bool:
+    """A node id given as an argument names this prompt test: it is its id, or its dataset's."""
+    return nodeid == selected or nodeid.startswith(selected.rstrip("/") + "::")
 
 
 def _unusable_store(exc: StoreError) -> str:
