@@ -231,13 +231,15 @@ class Coordinator:
             "judge_spec": s.judge_spec if self.judge.llm is not None else None, "jobs": jobs,
             "batch": s.batch,
         })
-        shards, keys = self.shards, [job.key for job in jobs]
-        self.child.watch(lambda why: self._child_died(why, keys, shards))
+        shards = self.shards
+        self.child.watch(lambda why: self._child_died(why, jobs, shards))
 
-    def _child_died(self, why: str, keys: list[str], shards: int) -> None:
+    def _child_died(self, why: str, jobs: list[Job], shards: int) -> None:
         """The fetch process died (killed, crashed) before it was stopped: its prompts without an outcome
         get `why` as their error in the store, where every process waiting for them (xdist workers) reads
         it at once. A forked fetch process that had started goes on to its end (its own prompts)."""
+        from pytest_orbench.fetchproc import shard_jobs
+
         try:
             store = Store(self.settings.store)
         except StoreError:
@@ -246,7 +248,8 @@ class Coordinator:
             started = store.started_shards(self.run_id)
             for shard in range(shards):
                 if shard == 0 or shard not in started:
-                    store.fail_shard(self.run_id, shard, shards, keys[shard::shards], why)
+                    store.fail_shard(self.run_id, shard, shards, [job.key for job in shard_jobs(jobs, shard, shards)],
+                                     why)
         except (OSError, sqlite3.Error):
             pass
         finally:

@@ -11,8 +11,9 @@ never waits for the import. The child runs the FetchLoop, which commits replies 
 store; tests read them there (fetcher.Waiter).
 
 A large run is split between the child and copies of it forked once the work arrives (litellm
-imported once, before any thread exists): each takes every n-th job and its part of the concurrency;
-one that dies has its prompts turned into errors at once, and the child ends after all of them.
+imported once, before any thread exists): each takes every n-th prompt text (shard_jobs) and its part
+of the concurrency; one that dies has its prompts turned into errors at once, and the child ends after
+all of them.
 
 ("stop",) or end of input (the parent died) stops new calls; the requests in flight finish and are
 stored first (bounded), so nothing paid for is lost. Signals sent to pytest's whole process group
@@ -234,17 +235,21 @@ def _child() -> int:
     return _run_shard(work, 0, shards, listen, watchers)
 
 
-def _share(work: dict[str, Any], shard: int, shards: int) -> tuple[list[Any], int]:
-    """This shard's jobs (interleaved: every shard follows the test order) and its part of the concurrency.
+def shard_jobs(jobs: list[Any], shard: int, shards: int) -> list[Any]:
+    """The jobs of fetch process `shard` of `shards` (interleaved: every shard follows the test order).
 
     Interleaved by prompt text, not by job: a prompt's trials and its live base's replies stay in one
     process, whose judge stage asks an LLM judge once for replies that came back the same."""
-    concurrency = int(work["concurrency"])
     by_text: dict[str, list[Any]] = {}
-    for job in work["jobs"]:
+    for job in jobs:
         by_text.setdefault(job.prompt, []).append(job)
-    mine = [job for n, jobs in enumerate(by_text.values()) if n % shards == shard for job in jobs]
-    return mine, concurrency // shards + (1 if shard < concurrency % shards else 0)
+    return [job for n, same in enumerate(by_text.values()) if n % shards == shard for job in same]
+
+
+def _share(work: dict[str, Any], shard: int, shards: int) -> tuple[list[Any], int]:
+    """This shard's jobs (shard_jobs) and its part of the concurrency."""
+    concurrency = int(work["concurrency"])
+    return shard_jobs(work["jobs"], shard, shards), concurrency // shards + (1 if shard < concurrency % shards else 0)
 
 
 def _run_shard(work: dict[str, Any], shard: int, shards: int, wait_for_stop: Any,
