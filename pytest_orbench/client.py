@@ -50,6 +50,16 @@ class EndpointError(Exception):
         self.unusable = unusable
         self.timed_out = timed_out  # no answer within the timeout (a hung endpoint, while nothing answers)
 
+    def worth_retrying(self, answered: int) -> bool:
+        """Whether another attempt may help, `answered` calls to this endpoint having come back: after one,
+        a refused connection is a blip; before any, the endpoint cannot be reached (refused, DNS, TLS)."""
+        return not (self.unreachable and answered == 0)
+
+    def ends_calls(self, answered: int) -> bool:
+        """Whether no more calls are made to this endpoint: a rejected key, or an endpoint that cannot be
+        reached or never answers while none of its calls has been answered."""
+        return self.fatal or ((self.unreachable or self.timed_out) and answered == 0)
+
 
 def _chain(exc: BaseException) -> list[BaseException]:
     found: list[BaseException] = []

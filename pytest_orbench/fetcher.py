@@ -165,10 +165,6 @@ class FetchLoop:
                 outcome = Outcome(error=self._fatal)
             self._finish(job, outcome)
 
-    def _retry(self, config: int) -> Callable[[EndpointError], bool]:
-        # Nothing answered yet and the endpoint cannot be reached (refused, DNS, TLS): stop calling it now.
-        return lambda exc: not (exc.unreachable and self._answered[config] == 0)
-
     async def _fetch(self, job: Job) -> Outcome:
         record, fetched = job.record, job.fetched
         if record is None:
@@ -183,12 +179,12 @@ class FetchLoop:
                 return Outcome(error=f"not requested: {stopped}")
             caller = self._callers[job.config]
             try:
-                reply, attempts, seconds = await call_with_retries(caller, job.prompt, self.retries,
-                                                                   should_retry=self._retry(job.config))
+                reply, attempts, seconds = await call_with_retries(
+                    caller, job.prompt, self.retries, should_retry=lambda e: e.worth_retrying(self._answered[job.config]))
             except EndpointError as exc:
                 # A prompt whose every attempt timed out, with nothing answered yet: a hung endpoint (it took
                 # retries x timeout per prompt, hours for a run); an endpoint that answers some goes on.
-                if exc.fatal or ((exc.unreachable or exc.timed_out) and self._answered[job.config] == 0):
+                if exc.ends_calls(self._answered[job.config]):
                     why = ("no prompt was answered, so no more calls are made" if not self._answered[job.config]
                            else "so no more calls are made to it")
                     self._dead.setdefault(job.config, f"{exc} ({why})")

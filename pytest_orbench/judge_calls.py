@@ -61,9 +61,6 @@ class JudgeStage:
         task.add_done_callback(lambda done: self._asked(key, done))
         return await asyncio.shield(task), True
 
-    def _retry(self, exc: EndpointError) -> bool:
-        return not (exc.unreachable and self._answered == 0)
-
     def _asked(self, key: str, task: asyncio.Future[dict[str, Any]]) -> None:
         self._asking.pop(key, None)
         if not task.cancelled():
@@ -76,13 +73,14 @@ class JudgeStage:
             self._caller = self.make_caller()
         try:
             result, attempts, seconds = await call_with_retries(
-                self._caller.complete, self.llm.messages(prompt, reply), self.retries, should_retry=self._retry)
+                self._caller.complete, self.llm.messages(prompt, reply), self.retries,
+                should_retry=lambda e: e.worth_retrying(self._answered))
         except EndpointError as exc:
             # As for the endpoint (fetcher.FetchLoop): a rejected key, or a judge that cannot be reached or
             # never answers while none of its calls has, is not asked again for every reply.
             if exc.fatal:
                 self._fatal = str(exc)
-            elif (exc.unreachable or exc.timed_out) and self._answered == 0:
+            elif exc.ends_calls(self._answered):
                 self._fatal = self._fatal or f"{exc} (no judge call was answered, so no more are made)"
             raise EndpointError(f"judge call failed: {exc}", retryable=False) from None
         self._answered += 1
