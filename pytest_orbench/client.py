@@ -436,11 +436,9 @@ class CallableCaller:
             result = await asyncio.wait_for(self._call(prompt), self.timeout)
         except TimeoutError:
             raise EndpointError(f"target timed out after {self.timeout:g}s", retryable=True, timed_out=True) from None
-        except _TargetExit as exc:
-            raise EndpointError(scrub(None, f"target raised {type(exc.raised).__name__}: {exc.raised}"),
-                                retryable=True) from None
         except Exception as exc:
-            raise EndpointError(scrub(None, f"target raised {type(exc).__name__}: {exc}"), retryable=True) from None
+            raised = exc.raised if isinstance(exc, _TargetExit) else exc  # a SystemExit is named as itself
+            raise EndpointError(scrub(None, f"target raised {type(raised).__name__}: {raised}"), retryable=True) from None
         if result is None:
             # Most often a function that forgot its `return`: read as an empty reply, every prompt was a refusal.
             raise EndpointError('target returned None, expected str (return "" for an empty reply)', retryable=False,
