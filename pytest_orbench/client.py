@@ -450,11 +450,12 @@ class CallableCaller:
     async def _call(self, prompt: str) -> Any:
         # SystemExit and KeyboardInterrupt raised by the user's code (an app that calls sys.exit on an error;
         # a signal reaches only pytest's main thread) become ordinary errors before they reach a task, which
-        # would re-raise them out of the fetch loop and stop every call with a traceback.
+        # would re-raise them out of the fetch loop and stop every call with a traceback. A sync function's
+        # come back from its thread here too: the executor's future carries any BaseException to the await.
         try:
             if _is_async(self.function):
                 return await self.function(prompt, self.system_prompt)
-            result = await asyncio.to_thread(_guarded, self.function, prompt, self.system_prompt)
+            result = await asyncio.to_thread(self.function, prompt, self.system_prompt)
             if inspect.isawaitable(result):  # an async function behind a sync-looking wrapper (a decorator)
                 result = await result
             return result
@@ -468,13 +469,6 @@ class _TargetExit(Exception):
     def __init__(self, raised: BaseException) -> None:
         super().__init__(str(raised))
         self.raised = raised
-
-
-def _guarded(function: Callable[..., Any], *args: Any) -> Any:
-    try:
-        return function(*args)
-    except (SystemExit, KeyboardInterrupt) as exc:
-        raise _TargetExit(exc) from None
 
 
 def _is_async(function: Any) -> bool:
