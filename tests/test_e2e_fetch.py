@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -307,11 +308,12 @@ def fetch_processes() -> dict[int, int]:
     return found
 
 
-def fetch_children() -> list[int]:
-    """Running fetch processes started by this process."""
+def fetch_children(parent: int | None = None) -> list[int]:
+    """Running fetch processes started by the process `parent` (default: this one)."""
     import os
 
-    return [pid for pid, parent in fetch_processes().items() if parent == os.getpid()]
+    parent = os.getpid() if parent is None else parent
+    return [pid for pid, ppid in fetch_processes().items() if ppid == parent]
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
@@ -371,33 +373,44 @@ def forked_fetch_processes(session: int) -> list[int]:
     return [pid for pid, parent in processes.items() if processes.get(parent) == session]
 
 
+def start_run(cwd: Path, server: MockServer, *args: str) -> subprocess.Popen[str]:
+    """pytest against `server` in a process of its own, its output (stdout and stderr) read as text."""
+    return subprocess.Popen([sys.executable, "-m", "pytest", *mock_args(server, *args)], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def kill_midway(proc: subprocess.Popen[str], server: MockServer, candidates: Callable[[], list[int]],
+                requests: int) -> tuple[int | None, str, float]:
+    """SIGKILLs the first of `candidates()` once `server` has had `requests` requests (given up after 60 s,
+    or when `proc` ends first); then (the pid killed, `proc`'s output, seconds from the kill to its end)."""
+    import os
+    import signal
+
+    killed = None
+    deadline = time.monotonic() + 60
+    while killed is None and time.monotonic() < deadline and proc.poll() is None:
+        found = candidates()
+        if found and stats(server.url)["requests"] >= requests:
+            killed = found[0]
+            os.kill(killed, signal.SIGKILL)
+        time.sleep(0.02)
+    started = time.monotonic()
+    out, _ = proc.communicate(timeout=120)
+    return killed, out, time.monotonic() - started
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists() or (__import__("os").cpu_count() or 1) < 2,
                     reason="reads /proc; two fetch processes need two cores")
 def test_a_fetch_process_killed_midway_turns_its_prompts_into_errors_at_once(
         pytester: pytest.Pytester, mock_factory: Callable[..., MockServer]) -> None:
-    import os
-    import signal
-    import subprocess
-
     server = mock_factory(latency=0.2)  # 240 prompts, 8 at a time from 2 processes: about 6 s
     report = pytester.path / "run.json"
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", *mock_args(server, "--orbench-sample", "240",
-                             "--orbench-datasets", "toxic", "--orbench-concurrency", "8", "--orbench-seed", "1",
-                             "--orbench-json", str(report), "-q")],
-                            cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    killed = None
-    deadline = time.monotonic() + 60
-    while killed is None and time.monotonic() < deadline:
-        forked = forked_fetch_processes(proc.pid)
-        if forked and stats(server.url)["requests"] >= 40:
-            killed = forked[0]
-            os.kill(killed, signal.SIGKILL)
-        time.sleep(0.05)
-    started = time.monotonic()
-    out, _ = proc.communicate(timeout=120)
+    proc = start_run(pytester.path, server, "--orbench-sample", "240", "--orbench-datasets", "toxic",
+                     "--orbench-concurrency", "8", "--orbench-seed", "1", "--orbench-json", str(report), "-q")
+    killed, out, seconds = kill_midway(proc, server, lambda: forked_fetch_processes(proc.pid), 40)
     assert killed is not None, out
-    assert time.monotonic() - started < 30, out  # no wait for a silent heartbeat
+    assert seconds < 30, out  # no wait for a silent heartbeat
     results = json.loads(report.read_text())
     errors = results["datasets"]["toxic"]["errors"]
     asked = stats(server.url)["requests"]
@@ -411,26 +424,12 @@ def test_under_xdist_a_killed_fetch_process_is_an_error_at_once_naming_the_signa
         pytester: pytest.Pytester, mock_factory: Callable[..., MockServer]) -> None:
     # Only the controller sees its child die; the workers waiting for replies learnt it from a heartbeat
     # gone stale after 30 s ("has said nothing for 30 s; it is taken for dead").
-    import os
-    import signal
-    import subprocess
-
     server = mock_factory(latency=0.3)  # 40 prompts, 4 at a time: 3 s
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", *mock_args(server, "--orbench-sample", "40",
-                             "--orbench-datasets", "toxic", "--orbench-concurrency", "4", "-n", "2", "-q")],
-                            cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    killed = None
-    deadline = time.monotonic() + 60
-    while killed is None and time.monotonic() < deadline and proc.poll() is None:
-        children = [pid for pid, parent in fetch_processes().items() if parent == proc.pid]
-        if children and stats(server.url)["requests"] >= 8:
-            killed = children[0]
-            os.kill(killed, signal.SIGKILL)
-        time.sleep(0.02)
-    started = time.monotonic()
-    out, _ = proc.communicate(timeout=120)
+    proc = start_run(pytester.path, server, "--orbench-sample", "40", "--orbench-datasets", "toxic",
+                     "--orbench-concurrency", "4", "-n", "2", "-q")
+    killed, out, seconds = kill_midway(proc, server, lambda: fetch_children(proc.pid), 8)
     assert killed is not None, out
-    assert time.monotonic() - started < 20, out
+    assert seconds < 20, out
     assert "no reply for toxic-" in out and "the fetch process was killed by signal 9 (SIGKILL)" in out, out
     assert "taken for dead" not in out
 
@@ -440,13 +439,10 @@ def test_an_interrupted_run_counts_every_call_it_paid_for_and_says_what_it_waits
     # Ctrl-C while calls are in flight: they finish and are stored (paid for), but their prompts' tests never
     # run. The results counted only the prompts that ran ("calls: 4 made" after 8 calls).
     import signal
-    import subprocess
 
     server = mock_factory(latency=1.0)
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", *mock_args(server, "--orbench-datasets", "toxic",
-                             "--orbench-sample", "12", "--orbench-seed", "3", "--orbench-concurrency", "4",
-                             "--orbench-json", "r.json", "-q")],
-                            cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = start_run(pytester.path, server, "--orbench-datasets", "toxic", "--orbench-sample", "12", "--orbench-seed",
+                     "3", "--orbench-concurrency", "4", "--orbench-json", "r.json", "-q")
     deadline = time.monotonic() + 60
     while stats(server.url)["completions"] < 4 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
