@@ -65,7 +65,8 @@ def write_atomic(path: Path, text: str) -> None:
             os.unlink(tmp)
 
 
-def _nearest_existing(path: Path) -> Path:
+def nearest_existing(path: Path) -> Path:
+    """`path`, or the nearest folder above it that exists."""
     while not path.exists() and path != path.parent:
         path = path.parent
     return path
@@ -84,7 +85,7 @@ def output_problem(outputs: Mapping[str, Path | None], inputs: Mapping[str, Path
         full = path.resolve()
         if full.is_dir():
             return f"{label} {path} is a folder: give the path of a file to write (in it, or elsewhere)"
-        above = _nearest_existing(full.parent)
+        above = nearest_existing(full.parent)
         if not above.is_dir():
             return f"{label} {path}: {above} is a file, not a folder; give a path in a folder"
         if not os.access(above, os.W_OK | os.X_OK):

@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from pytest_orbench.jsonfile import nearest_existing
+
 SCHEMA_VERSION = 3  # PRAGMA user_version; _migrate brings an older store up to it
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -93,9 +95,7 @@ def _with_age(text: str, created: float) -> dict[str, Any]:
 
 def store_problem(directory: Path, label: str) -> str | None:
     """Why `directory` cannot hold a store (named by the option `label`), found before any call; None if it can."""
-    above = directory
-    while not above.exists() and above != above.parent:
-        above = above.parent
+    above = nearest_existing(directory)
     if not above.is_dir():
         what = "is a file" if above == directory else f"is inside {above}, which is a file"
         return f"{label} {directory} {what}: the response store is a folder; give a folder path (default .orbench)"
