@@ -377,14 +377,14 @@ def _generate(args: argparse.Namespace) -> int:
     summary = run_generate(config, store)
     for line in summary_lines(summary):
         print(line)
-    kept_previous = summary["output"]["kept_previous"]
-    for path in kept_previous:
+    output = summary["output"]
+    for path in output["kept_previous"]:
         print(f"{path} left as it was: this run's calls failed and it produced no prompt for it")
-    if str(config.out) not in kept_previous:
-        print(f"wrote {config.out} ({summary['output']['kept']} prompts; run it: pytest --orbench --orbench-datasets "
+    if "file" in output:
+        print(f"wrote {config.out} ({output['kept']} prompts; run it: pytest --orbench --orbench-datasets "
               f"{config.out.name})")
-    if config.toxic_out is not None and str(config.toxic_out) not in kept_previous:
-        print(f"wrote {config.toxic_out} ({summary['output']['toxic']} prompts the moderators judged harmful)")
+    if "toxic_file" in output:
+        print(f"wrote {config.toxic_out} ({output['toxic']} prompts the moderators judged harmful)")
     if config.summary is not None:
         print(f"wrote {config.summary}")
     failed = sum(s["errors"] for s in summary["spend"].values())
