@@ -119,9 +119,11 @@ def _load_results(path: Path) -> ResultsDocument:
         data = load_results(path)
     except ResultsError as exc:
         raise ValueError(f"{exc}; results files are written by pytest --orbench --orbench-json") from None
-    # A results file may already hold a comparison with another baseline: start from the run alone.
+    # A results file may already hold a comparison with another baseline, or with the live base its run
+    # asked: start from the run alone. The drift (that live base against that run's baseline) goes too.
     data.pop("gate", None)
     data.pop("changes", None)
+    data.pop("drift", None)
     for summary in data["datasets"].values():
         summary.pop("comparison", None)
     return data
@@ -184,6 +186,8 @@ def _compare(args: argparse.Namespace) -> int:
                                            "tolerance_pp": args.tolerance_pp}, flag_prefix="--")
         baseline = load_baseline(Path(args.baseline))
         results = _load_results(Path(args.results))
+        # What it is compared with now: this file, even when the run gated on a live base.
+        results["run"]["compared_with"] = f"baseline file {args.baseline}"
         assess(results, baseline, config)
     except (BaselineError, GateConfigError, ValueError, OSError) as exc:
         return _fail(str(exc))

@@ -148,10 +148,11 @@ def _changes(results: ResultsDocument) -> list[str]:
     changes = results.get("changes")
     if changes is None:
         return []
-    against = "the live base (the same prompts asked under the base configuration in this run)" \
-        if results["run"].get("compared_with") == "live base" else "the baseline file"
+    live = results["run"].get("compared_with") == "live base"
+    against = "the live base (the same prompts asked under the base configuration in this run)" if live \
+        else "the baseline file"
     base = results["run"].get("base") or {}
-    if base and not base.get("system_prompt_sha256"):
+    if live and base and not base.get("system_prompt_sha256"):
         against += "; the base has no system prompt"
     if not changes:
         return [f"**Compared with** {md_text(against)}. **What changed:** nothing in the configuration (same endpoint, "

@@ -150,3 +150,36 @@ def test_tradeoff_counts_each_run_once_and_names_what_it_skipped(tmp_path: Path,
     assert "a-results.json (the same run as a-baseline.json: counted once)" in err and "broken.json (not a JSON object" in err
     # Three points in a line: exact p 2/6 (once "p = 0" from the t approximation).
     assert "over 3 runs: 1.00 (p = 0.33)" in out
+
+
+def test_compare_of_a_live_base_run_compares_with_the_baseline_file_given(tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from pytest_orbench.baseline import save_baseline
+    from pytest_orbench.jsonfile import write_json
+    from tests.test_gate import make_results
+
+    # A run gated on a live base whose every call failed (inconclusive then), with a drift against its own
+    # baseline. `orbench compare` checks it against another file: once the report still said "vs live base",
+    # "the base has no system prompt" and the drift, and the base's errors made it inconclusive.
+    save_baseline(tmp_path / "b.json", make_results({"hard-1k": [False] * 30}))
+    results = make_results({"hard-1k": [False] * 30}, system="abc")
+    results["run"]["compared_with"] = "live base"
+    results["run"]["base"] = {"endpoint": "openai/m", "system_prompt_sha256": None, "differs": ["system prompt"]}
+    results["base"] = {"run": {"endpoint": "openai/m"},
+                       "datasets": {"hard-1k": {"n": 0, "refused": 0, "rejection_rate": None, "ci95": [0, 1], "errors": 30,
+                                                "flaky": 0}}}
+    results["drift"] = {"comparable": True, "changes": [], "datasets": {}}
+    for prompt in results["prompts"]:
+        prompt["base"] = {"verdict": "error", "refused": None, "error": "HTTP 503"}
+    write_json(tmp_path / "r.json", results)
+    code = main(["compare", str(tmp_path / "b.json"), str(tmp_path / "r.json"), "--json", str(tmp_path / "c.json"),
+                 "--markdown", str(tmp_path / "c.md")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "vs baseline " in out and "vs live base" not in out
+    compared = json.loads((tmp_path / "c.json").read_text(encoding="utf-8"))
+    assert compared["run"]["compared_with"] == f"baseline file {tmp_path / 'b.json'}"
+    assert compared["gate"]["verdict"] == "pass" and "drift" not in compared
+    assert [c["name"] for c in compared["gate"]["checks"]] == ["hard-1k error budget", "hard-1k regression (more refusals)"]
+    markdown = (tmp_path / "c.md").read_text(encoding="utf-8")
+    assert "**Compared with** the baseline file. **What changed:**" in markdown and "drift" not in markdown
