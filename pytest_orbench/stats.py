@@ -60,8 +60,8 @@ def paired_share_diff_ci(before: list[float], after: list[float], trials_before:
     """95% interval for mean(after) - mean(before) on paired refusal shares (repeated trials).
 
     Newcombe's (1998) method 10 in its general form (MOVER, Zou & Donner 2008): each margin's
-    `share_interval`, combined with the Pearson correlation of the paired shares. With shares of 0 or
-    1 the correlation is the phi of the 2x2 table and this is exactly `paired_diff_ci`."""
+    `share_interval`, combined with the Pearson correlation of the paired shares, continuity-corrected
+    as in `paired_diff_ci`. With one trial per prompt this is exactly `paired_diff_ci`."""
     n = len(before)
     if n == 0 or n != len(after):
         return (-1.0, 1.0)
@@ -69,7 +69,10 @@ def paired_share_diff_ci(before: list[float], after: list[float], trials_before:
     sxx = sum((y - p1) ** 2 for y in after)
     syy = sum((x - p2) ** 2 for x in before)
     sxy = sum((y - p1) * (x - p2) for x, y in zip(before, after))
-    r = sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else 0.0
+    # sxy is (ad - bc) / n on binary shares: Newcombe's correction of n/2 is 1/2 here, for one trial per
+    # prompt. A share of K trials moves in steps of 1/K, and the correction shrinks with the step.
+    steps = max(1.0, max(trials_before, trials_after) / n)
+    r = _corrected(sxy, 0.5 / steps) / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else 0.0
     return _mover(p1, share_interval(after, trials_after, z), p2, share_interval(before, trials_before, z), r)
 
 
@@ -78,7 +81,8 @@ def paired_diff_ci(both: int, only_current: int, only_baseline: int, neither: in
 
     Newcombe (1998), "Improved confidence intervals for the difference between binomial
     proportions based on paired data", method 10: Wilson limits of each margin combined with
-    the phi correlation of the 2x2 table. Good coverage near 0 and 1, unlike Wald.
+    the phi correlation of the 2x2 table, corrected as `_corrected` says. Good coverage near 0
+    and 1, unlike Wald.
     """
     n = both + only_current + only_baseline + neither
     if n == 0:
@@ -86,8 +90,16 @@ def paired_diff_ci(both: int, only_current: int, only_baseline: int, neither: in
     p1 = (both + only_current) / n
     p2 = (both + only_baseline) / n
     margins = (both + only_current) * (only_baseline + neither) * (both + only_baseline) * (only_current + neither)
-    phi = (both * neither - only_current * only_baseline) / math.sqrt(margins) if margins else 0.0
+    phi = _corrected(both * neither - only_current * only_baseline, n / 2) / math.sqrt(margins) if margins else 0.0
     return _mover(p1, wilson(both + only_current, n, z), p2, wilson(both + only_baseline, n, z), phi)
+
+
+def _corrected(product: float, half_n: float) -> float:
+    """The numerator ad - bc of phi, continuity-corrected as Newcombe gives it in Altman et al. (2000),
+    Statistics with Confidence, 2nd ed., p. 52: less n/2 when above n/2, 0 up to n/2, as is below 0.
+    Uncorrected, no flip among prompts refused half the time made phi 1 and the interval [0, 0]: 20
+    unchanged prompts claimed the rate could not have moved at all."""
+    return product - half_n if product > half_n else 0.0 if product >= 0 else product
 
 
 def _mover(p1: float, ci1: tuple[float, float], p2: float, ci2: tuple[float, float], r: float) -> tuple[float, float]:

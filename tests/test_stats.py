@@ -41,6 +41,22 @@ def test_paired_ci_contains_estimate_and_mirrors() -> None:
     assert (mlo, mhi) == pytest.approx((-hi, -lo))
 
 
+@pytest.mark.parametrize("trials", [1, 3])
+def test_paired_ci_of_unchanged_prompts_refused_half_the_time_is_not_of_zero_width(trials: int) -> None:
+    from pytest_orbench.stats import paired_share_diff_ci
+
+    # 20 prompts, 10 refused and 10 answered in both runs: no flip, phi 1. Uncorrected, Newcombe's interval
+    # was [0, 0] (the two margins' Wilson intervals are symmetric at 50%), as if 20 prompts proved that
+    # the rate cannot have moved; 0 flips in 20 leaves up to 16% flipping (Wilson).
+    for lo, hi in (paired_diff_ci(10, 0, 0, 10), paired_share_diff_ci([1.0] * 10 + [0.0] * 10, [1.0] * 10 + [0.0] * 10,
+                                                                      20 * trials, 20 * trials)):
+        assert lo < -0.05 and hi > 0.05
+    # By hand (Altman et al. 2000, p. 52): phi = (100 - 20 / 2) / sqrt(10^4) = 0.9, both margins Wilson(10, 20).
+    low, high = wilson(10, 20)
+    width = math.sqrt((0.5 - low) ** 2 - 2 * 0.9 * (0.5 - low) * (high - 0.5) + (high - 0.5) ** 2)
+    assert paired_diff_ci(10, 0, 0, 10) == pytest.approx((-width, width))
+
+
 def test_paired_ci_contains_zero_without_flips_and_is_tighter_than_unpaired() -> None:
     lo, hi = paired_diff_ci(30, 0, 0, 70)
     assert lo <= 0 <= hi
@@ -179,7 +195,10 @@ def test_paired_share_interval_by_hand() -> None:
 
     p1, p2 = float(np.mean(after)), float(np.mean(before))
     (l1, u1), (l2, u2) = limits(after), limits(before)
-    r = float(np.corrcoef(after, before)[0, 1])
+    # The Pearson correlation with Newcombe's continuity correction, in steps of one of the 3 trials: 1/6.
+    sxy = float(np.sum((np.array(after) - p1) * (np.array(before) - p2)))
+    assert sxy > 1 / 6
+    r = (sxy - 1 / 6) / math.sqrt(float(np.sum((np.array(after) - p1) ** 2) * np.sum((np.array(before) - p2) ** 2)))
     expected = (p1 - p2 - math.sqrt((p1 - l1) ** 2 - 2 * r * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2),
                 p1 - p2 + math.sqrt((u1 - p1) ** 2 - 2 * r * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
     assert paired_share_diff_ci(before, after, 24, 24) == pytest.approx(expected, abs=1e-9)
