@@ -160,6 +160,14 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
                 f"{name} rejection rate {relation} {100 * limit:.1f}%", name, f"{bound}_rejection", rate, limit, outcome,
                 f"rejection rate {'n/a' if rate is None else f'{100 * rate:.1f}%'} (limit: {relation} {100 * limit:.1f}%)",
             ))
+            lo, hi = summary["ci95"]
+            if (outcome == "pass" and rate is not None and lo is not None and hi is not None and (sampled or not_run)
+                    and (hi > limit if bound == "max" else lo < limit)):
+                # A sample's rate estimates the dataset's: within the limit is not a pass when its interval is not.
+                warnings.append(f"{name}: the rejection rate {100 * rate:.1f}% of these {summary['n']} prompts is within "
+                                f"the limit ({relation} {100 * limit:.1f}%), but its 95% interval [{100 * lo:.1f}%, "
+                                f"{100 * hi:.1f}%] reaches past it, so the dataset's rate may not meet the limit (run more "
+                                "prompts to check it)")
         comparison = summary.get("comparison")
         if not_run and (comparison is not None or limits.max_rejection is not None or limits.min_rejection is not None):
             covered = (f"the regression check covers the {comparison['n']} paired prompts that ran" if comparison is not None
