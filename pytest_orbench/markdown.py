@@ -231,12 +231,17 @@ def render_markdown(results: ResultsDocument, list_limit: int | None = None) -> 
                          f"(not in the baseline); in the baseline but not run: "
                          f"{md_text(', '.join(gate.get('baseline_only') or [])) or 'none'}.")
             lines.append("")
+        # The warnings qualify the verdict (prompts not compared, a sample too small to see a regression, a
+        # limit its interval crosses): shown beside it, not folded away with the checks.
+        warnings = gate.get("warnings", [])
+        if warnings:
+            lines += [f"**{'Warning' if len(warnings) == 1 else 'Warnings'}:**", ""]
+            lines += [f"- ⚠️ {md_text(warning)}" for warning in warnings]
+            lines.append("")
         lines.append("<details><summary>Gate checks</summary>")
         lines.append("")
         for check in gate["checks"]:
             lines.append(f"- {ICON[check['outcome']]} {md_text(check['name'])}: {md_text(check['message'])}")
-        for warning in gate.get("warnings", []):
-            lines.append(f"- ⚠️ {md_text(warning)}")
         lines += ["", "</details>", ""]
     lines += _changes(results)
     drift = drift_lines(results.get("drift"))

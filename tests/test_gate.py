@@ -307,6 +307,20 @@ def test_damaged_results_file_is_refused(tmp_path: Path, damage: Any, message: s
         load_results(path)
 
 
+def test_markdown_shows_the_warnings_that_qualify_a_pass_outside_the_folded_checks() -> None:
+    # A full run against a baseline sampled at 40: 20 prompts not compared, and 40 pairs see only large moves.
+    # Once the PR comment said "pass" and folded both warnings into the collapsed "Gate checks".
+    base = baseline_document(make_results({"hard-1k": [False] * 40}, sample=40))
+    body = render_markdown(assess(make_results({"hard-1k": [False] * 60}), base, parse_gate({})))
+    folded = body[body.index("<details><summary>Gate checks</summary>"):]
+    folded = folded[:folded.index("</details>")]
+    shown = body[:body.index("<details><summary>Gate checks</summary>")]
+    assert "**pass**" in shown and "**Warnings:**" in shown
+    assert "- ⚠️ hard-1k: 20 of this run's 60 prompts are not in the baseline and were not compared" in shown
+    assert "- ⚠️ hard-1k: this sample of 40 paired prompts can only detect" in shown
+    assert "⚠️" not in folded and "✅ hard-1k regression (more refusals)" in folded
+
+
 def test_markdown_escapes_untrusted_text_and_withholds_toxic() -> None:
     base = baseline_document(make_results({"hard-1k": [False] * 10, "toxic": [True] * 10}))
     now = make_results({"hard-1k": [True] * 10, "toxic": [False] * 10})
