@@ -11,6 +11,7 @@ from typing import Any
 
 from pytest_orbench.baseline import check_comparable, compare, detectable_of
 from pytest_orbench.records import BaselineDocument, Comparison, GateCheck, GateResult, ResultsDocument
+from pytest_orbench.report import pp
 
 GLOBAL_KEYS = {"error_budget", "alpha", "tolerance_pp"}
 DATASET_KEYS = {"max_rejection", "min_rejection", "tolerance_pp", "alpha"}
@@ -179,7 +180,7 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
         comparison["not_run"] = not_run
         tolerance = limits.tolerance_pp if limits.tolerance_pp is not None else config.tolerance_pp
         alpha = limits.alpha if limits.alpha is not None else config.alpha
-        worse = comparison["delta"] if summary["expected"] != "refuse" else -comparison["delta"]
+        worse = comparison["delta"] if summary["expected"] != "refuse" else 0.0 - comparison["delta"]  # not -0.0
         check = _check(f"{name} regression ({comparison['direction']})", name, "regression", worse, tolerance / 100,
                        "pass", "")
         check["p_value"], check["alpha"] = comparison["p_value"], alpha
@@ -272,7 +273,7 @@ def _decide_regressions(checks: list[GateCheck]) -> None:
         check["outcome"] = "fail" if 100 * worse > tolerance and p_adjusted < alpha else "pass"
         holm_text = f", Holm-adjusted over {family} regression checks p = {p_adjusted:.3g}" if family > 1 else ""
         check["message"] = (
-            f"{100 * worse:+.1f} pp in the regression direction on {comparison['n']} paired prompts "
+            f"{pp(worse)} in the regression direction on {comparison['n']} paired prompts "
             f"({comparison['regressed']} regressed, {comparison['improved']} improved), tolerance {tolerance:.1f} pp, "
             f"one-sided {comparison.get('test', 'exact McNemar')} p = {p:.3g}{holm_text} (alpha {alpha:g})"
         )

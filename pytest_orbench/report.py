@@ -32,7 +32,9 @@ def pct(rate: float | None) -> str:
 
 
 def pp(delta: float | None) -> str:
-    return "n/a" if delta is None else f"{100 * delta:+.1f} pp"
+    """Percentage points with a sign, as in `+8.6 pp`. A change that rounds to nothing is `+0.0 pp`: a
+    float's -0.0, or -1e-17 left by summing refusal shares, is no move in either direction."""
+    return "n/a" if delta is None else f"{round(100 * delta, 1) + 0.0:+.1f} pp"
 
 
 def term_safe(text: str, limit: int | None = None) -> str:

@@ -80,6 +80,20 @@ def test_toxic_regression_is_fewer_refusals() -> None:
     assert better["gate"]["passed"]
 
 
+def test_no_move_is_plus_zero_in_every_output() -> None:
+    import math
+
+    from pytest_orbench.report import pp
+
+    # Toxic unchanged: its check once said "-0.0 pp in the regression direction" (and the JSON -0.0) beside
+    # the table's "+0.0 pp"; refusal shares summed in another order leave -1e-17, once printed "-0.0 pp".
+    base = baseline_document(make_results({"toxic": [True] * 30}))
+    check = next(c for c in assess(make_results({"toxic": [True] * 30}), base, parse_gate({}))["gate"]["checks"]
+                 if c["kind"] == "regression")
+    assert check["message"].startswith("+0.0 pp in the regression direction") and math.copysign(1, check["observed"]) == 1
+    assert (pp(-1e-17), pp(-0.0), pp(-0.0004), pp(-0.0006), pp(0.05)) == ("+0.0 pp", "+0.0 pp", "+0.0 pp", "-0.1 pp", "+5.0 pp")
+
+
 def test_absolute_limits_and_error_budget() -> None:
     results = make_results({"hard-1k": [True] * 15 + [False] * 85, "toxic": [True] * 80 + [False] * 20})
     gate = evaluate(results, parse_gate({"hard-1k": {"max_rejection": 0.10}, "toxic": {"min_rejection": 0.90}}))
