@@ -245,9 +245,21 @@ class RunResults:
                 return (f"{name}: {missing} of {summary['total']} prompts errored or went unscored, over the error budget "
                         f"({100 * budget:.1f}%); fix the endpoint and run again")
         old = self._existing_baseline()
-        if self.settings.sample and old is not None and not old["run"].get("sample"):
+        if old is None:
+            return None
+        # Updated from a run that covers less, the baseline would check less from then on, unannounced.
+        if self.settings.sample and not old["run"].get("sample"):
             return (f"this run is a sample ({self.settings.sample} per dataset) and {self.settings.baseline} holds a full run; "
                     "update it from a full run, or delete it first to start a sampled baseline")
+        if self.settings.sample and self.settings.sample < int(old["run"]["sample"] or 0):
+            return (f"this run is a sample of {self.settings.sample} per dataset and {self.settings.baseline} holds "
+                    f"{old['run']['sample']} per dataset; update it from a sample at least as large, or delete it first "
+                    "to start a smaller one")
+        dropped = [name for name in old["datasets"] if name not in {d.name for d in self.plugin.datasets}]
+        if dropped:
+            return (f"{self.settings.baseline} holds {', '.join(dropped)}, which this run did not ask; run "
+                    f"{'it' if len(dropped) == 1 else 'them'} too, or delete the file first to start a baseline without "
+                    f"{'it' if len(dropped) == 1 else 'them'}")
         return None
 
     def _existing_baseline(self) -> BaselineDocument | None:

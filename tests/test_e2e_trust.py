@@ -158,6 +158,20 @@ def test_stopped_deselected_or_failing_runs_never_become_baselines(
                                             "--orbench-baseline", "b.json", "--orbench-update-baseline"))
     sampled.stdout.fnmatch_lines(["baseline NOT written: this run is a sample (10 per dataset) and *b.json holds a full run*"])
     assert sampled.ret == pytest.ExitCode.TESTS_FAILED and (pytester.path / "b.json").read_bytes() == before
+    # Once written, each narrowing the baseline silently: a smaller sample, or a dataset left out.
+    write_set(pytester.path / "more.csv", hard_prompts(data_dir)[30:40])
+    (pytester.path / "b.json").unlink()  # as the refusal says, to start a sampled baseline
+    two = ("--orbench-datasets", "mini.csv:answer,more.csv:answer", "--orbench-baseline", "b.json", "--orbench-update-baseline")
+    assert pytester.runpytest(*mock_args(healthy, *two, "--orbench-sample", "8", "--orbench-seed", "1")).ret == 0
+    before = (pytester.path / "b.json").read_bytes()
+    smaller = pytester.runpytest(*mock_args(healthy, *two, "--orbench-sample", "4", "--orbench-seed", "1"))
+    smaller.stdout.fnmatch_lines(["baseline NOT written: this run is a sample of 4 per dataset and *b.json holds 8 per "
+                                  "dataset; update it from a sample at least as large*"])
+    fewer = pytester.runpytest(*mock_args(healthy, *two[2:], "--orbench-datasets", "mini.csv:answer", "--orbench-sample", "8",
+                                          "--orbench-seed", "1"))
+    fewer.stdout.fnmatch_lines(["baseline NOT written: *b.json holds more, which this run did not ask; run it too, or "
+                                "delete the file first*"])
+    assert smaller.ret == fewer.ret == pytest.ExitCode.TESTS_FAILED and (pytester.path / "b.json").read_bytes() == before
 
 
 # -- Holm across the run's regression checks ------------------------------------------------------
