@@ -11,7 +11,7 @@ from typing import Any
 
 from pytest_orbench.baseline import check_comparable, compare, detectable_of
 from pytest_orbench.records import BaselineDocument, Comparison, GateCheck, GateResult, ResultsDocument
-from pytest_orbench.report import pp
+from pytest_orbench.report import error_shown, pp
 
 GLOBAL_KEYS = {"error_budget", "alpha", "tolerance_pp"}
 DATASET_KEYS = {"max_rejection", "min_rejection", "tolerance_pp", "alpha"}
@@ -222,7 +222,8 @@ def _common_error(results: ResultsDocument, dataset: str) -> str:
     """The live base's most common error on a dataset's prompts, with its count."""
     from collections import Counter
 
-    errors = Counter(str(p["base"].get("error") or "no verdict")[:200] for p in results["prompts"]
+    # Withheld when it quotes a toxic prompt, as the report's error lists do: this text reaches the PR comment.
+    errors = Counter(error_shown(p, p["base"].get("error") or "no verdict")[:200] for p in results["prompts"]
                      if p["dataset"] == dataset and isinstance(p.get("base"), dict) and p["base"].get("refused") is None)
     if not errors:
         return "none recorded"

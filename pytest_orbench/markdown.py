@@ -13,7 +13,7 @@ from typing import Any
 
 from pytest_orbench.chart import mermaid, our_points, paper_points
 from pytest_orbench.records import ResultsDocument, RunMeta
-from pytest_orbench.report import P_EXPLAINED, drift_lines, pct, pp
+from pytest_orbench.report import P_EXPLAINED, drift_lines, error_shown, pct, pp
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#!|~])")
 ICON = {"pass": "✅", "fail": "❌", "inconclusive": "⚠️", "ungated": "⚪"}
@@ -73,7 +73,8 @@ def md_code(text: str, limit: int | None = None) -> str:
 
 
 def md_text(text: str) -> str:
-    """Our own messages (which may quote dataset names and URLs): no HTML, no links, no mentions."""
+    """Our own fixed messages: no HTML, no bare links, no mentions. Not for text that quotes anything
+    untrusted (a dataset name, an endpoint's error): Markdown links and images still form; use md_escape."""
     return _unlink(html.escape(" ".join(visible(text).split()), quote=False))
 
 
@@ -126,10 +127,7 @@ def error_reasons(results: ResultsDocument, limit: int = 3) -> tuple[int, list[t
         if prompt.get("verdict") != "error" or not error:
             continue
         errored += 1
-        text = " ".join(str(error).split())
-        quoted = str(prompt.get("prompt") or "")[:40]
-        if prompt.get("expected") == "refuse" and quoted and quoted in text:
-            text = "(withheld: the error quotes a toxic prompt)"
+        text = error_shown(prompt, error)
         counts[text] = counts.get(text, 0) + 1
     # The cause before its consequence: "not requested: <the cause>" follows the errors it stopped calls for.
     return errored, sorted(counts.items(), key=lambda item: (item[0].startswith("not requested:"), -item[1]))[:limit]
@@ -208,7 +206,7 @@ def render_markdown(results: ResultsDocument, list_limit: int | None = None) -> 
     gate = results.get("gate")
     verdict = gate["verdict"] if gate else "ungated"
     failed = [c["name"] for c in (gate["checks"] if gate else []) if c["outcome"] != "pass"]
-    headline = f"{ICON[verdict]} **{verdict}**" + (f": {md_text('; '.join(failed))}" if failed else "")
+    headline = f"{ICON[verdict]} **{verdict}**" + (f": {md_escape('; '.join(failed))}" if failed else "")
     if verdict == "ungated":
         headline += f": {md_text(gate.get('note', 'nothing was checked') if gate else 'nothing was checked')}"
     system = run.get("system_prompt_sha256")
@@ -227,26 +225,28 @@ def render_markdown(results: ResultsDocument, list_limit: int | None = None) -> 
     ]
     if gate:
         if gate.get("not_compared") or gate.get("baseline_only"):
-            lines.append(f"Not compared: {md_text(', '.join(gate.get('not_compared') or [])) or 'none'} "
+            lines.append(f"Not compared: {md_escape(', '.join(gate.get('not_compared') or [])) or 'none'} "
                          f"(not in the baseline); in the baseline but not run: "
-                         f"{md_text(', '.join(gate.get('baseline_only') or [])) or 'none'}.")
+                         f"{md_escape(', '.join(gate.get('baseline_only') or [])) or 'none'}.")
             lines.append("")
         # The warnings qualify the verdict (prompts not compared, a sample too small to see a regression, a
         # limit its interval crosses): shown beside it, not folded away with the checks.
         warnings = gate.get("warnings", [])
         if warnings:
             lines += [f"**{'Warning' if len(warnings) == 1 else 'Warnings'}:**", ""]
-            lines += [f"- ⚠️ {md_text(warning)}" for warning in warnings]
+            lines += [f"- ⚠️ {md_escape(warning)}" for warning in warnings]
             lines.append("")
         lines.append("<details><summary>Gate checks</summary>")
         lines.append("")
         for check in gate["checks"]:
-            lines.append(f"- {ICON[check['outcome']]} {md_text(check['name'])}: {md_text(check['message'])}")
+            # Checks and warnings quote untrusted text (dataset names, an endpoint's error, a served model's
+            # name): escaped as such, so none of it can form a link, an image or formatting.
+            lines.append(f"- {ICON[check['outcome']]} {md_escape(check['name'])}: {md_escape(check['message'])}")
         lines += ["", "</details>", ""]
     lines += _changes(results)
     drift = drift_lines(results.get("drift"))
     if drift:
-        lines += ["", md_text(drift[0]), ""]
+        lines += ["", md_escape(drift[0]), ""]
     for name, summary in results["datasets"].items():
         if summary.get("flaky"):
             lines += _prompt_list(results, name, summary["flaky_prompts"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
@@ -43,6 +44,22 @@ def term_safe(text: str, limit: int | None = None) -> str:
     if limit is not None and len(text) > limit:
         text = text[: limit - 1] + "…"
     return text
+
+
+WITHHELD_ERROR = "(withheld: the error quotes a toxic prompt)"
+
+
+def error_shown(prompt: Mapping[str, Any], error: object) -> str:
+    """An error's text on one line, as a report may quote it (the run's, or its live base's, on `prompt`):
+    withheld when it quotes a toxic prompt's text (an endpoint that echoes the request), as the reports
+    withhold the prompt itself. Still untrusted text: each rendering escapes it."""
+    text = " ".join(str(error).split())
+    if prompt.get("expected") != "refuse":
+        return text
+    # The prompt's opening as an error would carry it: as is, or JSON-escaped in a quoted request or reply body.
+    opening = " ".join(str(prompt.get("prompt") or "").split())[:40]
+    forms = {opening, json.dumps(opening)[1:-1], json.dumps(opening, ensure_ascii=False)[1:-1]}
+    return WITHHELD_ERROR if opening and any(form in text for form in forms) else text
 
 
 def _rate_block(records: list[PromptRecord]) -> RateBlock:

@@ -626,3 +626,41 @@ def test_terminal_table_shows_no_made_up_delta_when_nothing_was_paired() -> None
                      parse_gate({}))
     row = next(line for line in terminal_lines(results["run"], results["datasets"]) if line.startswith("hard-1k      0"))
     assert "nothing compared" in row and "+0.0 pp" not in row and "-100.0" not in row
+
+
+def _toxic_live_base(errors: list[str]) -> dict[str, Any]:
+    """A toxic run compared with a live base whose every call failed with `errors[i]`."""
+    now = make_results({"toxic": [True] * len(errors)})
+    now["run"]["compared_with"] = "live base"
+    base = make_results({"toxic": [None] * len(errors)})
+    now["base"] = {"run": {"endpoint": "openai/base"},
+                   "datasets": {n: {k: d[k] for k in ("n", "refused", "rejection_rate", "ci95", "errors", "flaky")}
+                                for n, d in base["datasets"].items()}}
+    for prompt, error in zip(now["prompts"], errors):
+        prompt["base"] = {"verdict": "error", "refused": None, "error": error, "error_from": "endpoint"}
+    return assess(now, baseline_document(base), parse_gate({}))
+
+
+def test_a_live_base_error_quoting_a_toxic_prompt_is_withheld_from_the_gate_and_the_report() -> None:
+    import cmarkgfm
+
+    from pytest_orbench.report import WITHHELD_ERROR, gate_lines
+
+    # An endpoint that echoes the request: the toxic prompt's text (as is, or JSON-escaped in a body)
+    # reached the gate's check message, and from there the PR comment, which never shows toxic prompts.
+    echoed = [f"HTTP 400 from e.x: bad request: {json.dumps({'content': f'prompt {i} @someone <b>x</b>'})}"
+              for i in range(10)]
+    results = _toxic_live_base(echoed)
+    check = next(c for c in results["gate"]["checks"] if c["name"] == "toxic live base error budget")
+    assert check["message"].endswith(f"most common error: {WITHHELD_ERROR} (10x)")
+    body = render_markdown(results)
+    assert "prompt 3" not in body and "withheld: the error quotes a toxic prompt" in body
+    assert not any("prompt 3" in line for line in gate_lines(results))
+    # Not quoting the prompt, the error is shown, and stays text: no link, image, HTML or formatting forms.
+    nasty = "HTTP 503 from e.x: [click](https://evil.example) ![i](https://evil.example/i.png) **bold** <b>x</b>"
+    results = _toxic_live_base([nasty] * 10)
+    check = next(c for c in results["gate"]["checks"] if c["name"] == "toxic live base error budget")
+    assert nasty in check["message"]
+    rendered = cmarkgfm.github_flavored_markdown_to_html(render_markdown(results))
+    assert "[click]" in rendered and "<a " not in rendered and "<img" not in rendered and "<strong>bold" not in rendered
+    assert "<b>" not in rendered
