@@ -193,6 +193,11 @@ def main(env: Mapping[str, str] | None = None, github_factory: Callable[[ActionS
         # What went wrong with the endpoint, where the annotation is read (the comment lists more).
         gha.warning(f"{errored} of {len(results['prompts'])} prompts got no reply after the retries; most often: "
                     f"{reasons[0][0][:300]} ({reasons[0][1]})", title="pytest-orbench")
+    judged, reasons = error_reasons(results, limit=1, source="judge")
+    if judged:
+        # Replies that came back but got no judgement: the judge failed, not the endpoint.
+        gha.warning(f"{judged} of {len(results['prompts'])} prompts got no judgement (judge errors); most often: "
+                    f"{reasons[0][0][:300]} ({reasons[0][1]})", title="pytest-orbench")
     skipped = results["gate"].get("baseline_only") or []
     if skipped:
         # A pull request that stops running a dataset stops its check: say so where reviewers look.

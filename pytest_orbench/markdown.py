@@ -117,14 +117,17 @@ def _dataset_rows(results: ResultsDocument) -> list[str]:
     return rows
 
 
-def error_reasons(results: ResultsDocument, limit: int = 3) -> tuple[int, list[tuple[str, int]]]:
-    """Prompts without a reply after the retries, and their most common errors (most frequent first).
-    An error that quotes a toxic prompt's text is withheld like the prompt itself."""
+def error_reasons(results: ResultsDocument, limit: int = 3, source: str = "endpoint"
+                  ) -> tuple[int, list[tuple[str, int]]]:
+    """Prompts left without a verdict by `source`, and their most common errors (most frequent first):
+    "endpoint", no reply after the retries (`run.calls.errors` counts these); "judge", a reply that came
+    back but was left without a judgement (`run.judge_calls.errors`). An error that quotes a toxic
+    prompt's text is withheld like the prompt itself."""
     counts: dict[str, int] = {}
     errored = 0
     for prompt in results["prompts"]:
         error = prompt.get("error")
-        if prompt.get("verdict") != "error" or not error:
+        if prompt.get("verdict") != "error" or not error or prompt.get("error_from", "endpoint") != source:
             continue
         errored += 1
         text = error_shown(prompt, error)
@@ -134,12 +137,25 @@ def error_reasons(results: ResultsDocument, limit: int = 3) -> tuple[int, list[t
 
 
 def _errors(results: ResultsDocument) -> list[str]:
+    total = len(results["prompts"])
+    lines = []
     errored, reasons = error_reasons(results)
-    if not errored:
-        return []
-    listed = "; ".join(f"{md_code(text, 240)} ({count})" for text, count in reasons)
-    return [f"**No reply for {errored} of {len(results['prompts'])} prompts** (errors after the retries, counted "
-            f"neither as answers nor as refusals): {listed}", ""]
+    base_errored = sum(1 for p in results["prompts"] if isinstance(p.get("base"), dict)
+                       and p["base"].get("verdict") == "error" and p["base"].get("error_from", "endpoint") == "endpoint")
+    base = f"; under the live base, no reply for {base_errored} prompts" if base_errored else ""
+    if errored:
+        listed = "; ".join(f"{md_code(text, 240)} ({count})" for text, count in reasons)
+        lines += [f"**No reply for {errored} of {total} prompts** (endpoint errors after the retries, counted "
+                  f"neither as answers nor as refusals): {listed}{base}", ""]
+    elif base_errored:
+        lines += [f"**Under the live base, no reply for {base_errored} of {total} prompts** (endpoint errors after "
+                  "the retries; those prompts are not paired)", ""]
+    judged, reasons = error_reasons(results, source="judge")
+    if judged:
+        listed = "; ".join(f"{md_code(text, 240)} ({count})" for text, count in reasons)
+        lines += [f"**No judgement for {judged} of {total} prompts** (judge errors: the replies came back, the judge "
+                  f"failed on them; counted neither as answers nor as refusals): {listed}", ""]
+    return lines
 
 
 def _changes(results: ResultsDocument) -> list[str]:

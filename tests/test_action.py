@@ -242,6 +242,21 @@ def test_a_dataset_the_baseline_has_but_the_job_skipped_is_a_warning(env: dict[s
             "the verdict covers toxic only") in capsys.readouterr().out
 
 
+def test_judge_errors_are_not_called_missing_replies(env: dict[str, str], github: FakeGitHub,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    results = make_results({"hard-1k": [None] * 3 + [False] * 197})
+    for prompt in results["prompts"][:3]:
+        prompt["error"], prompt["error_from"] = "judge call failed: HTTP 401 from j.x (the key was rejected)", "judge"
+    write(env, assess(results, None, parse_gate({})))
+    assert main() == 0
+    stdout = capsys.readouterr().out
+    assert "got no reply" not in stdout
+    assert ("::warning title=pytest-orbench::3 of 200 prompts got no judgement (judge errors); most often: judge call "
+            "failed: HTTP 401 from j.x (the key was rejected) (3)") in stdout
+    (comment,) = github.comments.values()
+    assert "No reply for" not in comment["body"] and "**No judgement for 3 of 200 prompts**" in comment["body"]
+
+
 HTML_502 = "<html><head><title>502 Bad Gateway</title></head><body><h1>502 Bad Gateway</h1></body></html>"
 
 

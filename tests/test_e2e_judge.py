@@ -102,7 +102,10 @@ def test_failed_judge_calls_are_errors_and_a_rerun_pays_only_for_judging(
             *judge_args(judge), "--orbench-judge-api-key-env", "JUDGE_KEY")
     failed = pytester.runpytest(*args, "--orbench-json", "r.json", "--orbench-markdown", "r.md")
     assert failed.parseoutcomes()["errors"] == 20  # no verdict without a judgement
-    assert "20 replies read by the LLM judge (20 of them left without a judgement)" in (pytester.path / "r.md").read_text()
+    markdown = (pytester.path / "r.md").read_text()
+    assert "20 replies read by the LLM judge (20 of them left without a judgement)" in markdown
+    # Not "no reply": the endpoint answered all 20 (calls.errors 0 below); the judge failed on them.
+    assert "No reply for" not in markdown and "**No judgement for 20 of 20 prompts** (judge errors" in markdown
     failed.stdout.fnmatch_lines(["*no judgement for toxic-*judge call failed*HTTP 401 from 127.0.0.1:* (the key was rejected)*"])
     assert "sk-judge-wrong-555" not in failed.stdout.str() + (pytester.path / "r.json").read_text()
     assert stats(judge.url)["requests"] <= 2  # a rejected judge key stops the judge calls

@@ -628,6 +628,27 @@ def test_terminal_table_shows_no_made_up_delta_when_nothing_was_paired() -> None
     assert "nothing compared" in row and "+0.0 pp" not in row and "-100.0" not in row
 
 
+def test_markdown_tells_endpoint_errors_from_judge_errors_as_the_json_does() -> None:
+    # Once "No reply for 5 of 10 prompts" counted the 3 replies the judge left unjudged, beside a
+    # `run.calls.errors` of 2: a judge failure is not a missing reply.
+    from pytest_orbench.markdown import error_reasons
+
+    results = make_results({"hard-1k": [None] * 5 + [False] * 5})
+    for n, prompt in enumerate(results["prompts"][:5]):
+        prompt["error"], prompt["error_from"] = (("HTTP 503 from e.x: busy", "endpoint") if n < 2 else
+                                                 ("judge call failed: HTTP 401 from j.x (the key was rejected)", "judge"))
+    del results["prompts"][0]["error_from"]  # a results file from before error_from: the endpoint's
+    assert error_reasons(results) == (2, [("HTTP 503 from e.x: busy", 2)])
+    assert error_reasons(results, source="judge") == (3, [("judge call failed: HTTP 401 from j.x (the key was rejected)", 3)])
+    body = render_markdown(results)
+    reply_line = next(line for line in body.splitlines() if line.startswith("**No reply for"))
+    judge_line = next(line for line in body.splitlines() if line.startswith("**No judgement for"))
+    assert reply_line.startswith("**No reply for 2 of 10 prompts** (endpoint errors") and "judge" not in reply_line
+    assert judge_line.startswith("**No judgement for 3 of 10 prompts** (judge errors") and "(3)" in judge_line
+    results["prompts"][1]["error_from"] = "judge"
+    assert "**No reply for 1 of 10 prompts**" in render_markdown(results)
+
+
 def _toxic_live_base(errors: list[str]) -> dict[str, Any]:
     """A toxic run compared with a live base whose every call failed with `errors[i]`."""
     now = make_results({"toxic": [True] * len(errors)})
@@ -655,6 +676,7 @@ def test_a_live_base_error_quoting_a_toxic_prompt_is_withheld_from_the_gate_and_
     assert check["message"].endswith(f"most common error: {WITHHELD_ERROR} (10x)")
     body = render_markdown(results)
     assert "prompt 3" not in body and "withheld: the error quotes a toxic prompt" in body
+    assert "**Under the live base, no reply for 10 of 10 prompts**" in body and "No judgement" not in body
     assert not any("prompt 3" in line for line in gate_lines(results))
     # Not quoting the prompt, the error is shown, and stays text: no link, image, HTML or formatting forms.
     nasty = "HTTP 503 from e.x: [click](https://evil.example) ![i](https://evil.example/i.png) **bold** <b>x</b>"
