@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_orbench.generate_config import GenerateConfig, Seed, read_seeds
+from pytest_orbench.generate_config import GenerateConfig, Seed
 from pytest_orbench.generate_text import (
     MODERATE_PROMPT,
     NONE_LABEL,
@@ -139,8 +139,8 @@ class Pipeline:
     async def seeds(self) -> tuple[list[Seed], dict[str, Any]]:
         cfg = self.config
         if cfg.seeds_file is not None:
-            seeds, extra = read_seeds(cfg.seeds_file, self.categories)
-            self.categories.update(extra)
+            seeds = list(cfg.seeds)  # read by the settings check, not again
+            self.categories.update(cfg.seed_categories)
             info: dict[str, Any] = {"source": str(cfg.seeds_file), "read": len(seeds)}
         else:
             assert cfg.seed_model is not None

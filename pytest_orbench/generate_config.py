@@ -32,6 +32,10 @@ class GenerateConfig:
     moderators: tuple[ModelSpec, ...]
     categories: dict[str, str] = field(default_factory=lambda: dict(CATEGORIES))
     seeds_file: Path | None = None
+    # The seeds file as read by the check (once: the pipeline uses these), and a description for each
+    # category it brings that `categories` lacks.
+    seeds: tuple[Seed, ...] = ()
+    seed_categories: dict[str, str] = field(default_factory=dict)
     seed_model: ModelSpec | None = None
     seeds_per_category: int = 20
     rewrites: int = 5
@@ -180,12 +184,15 @@ def build_config(values: dict[str, Any], base: Path) -> GenerateConfig:
         except JudgeError as exc:
             raise GenerateError(f"panel_judge: {exc}") from None
     seeds_file = (base / str(values["seeds"])).resolve() if values.get("seeds") else None
+    seeds: list[Seed] = []
+    seed_categories: dict[str, str] = {}
     if seeds_file is not None:
         if seeds_file.is_dir():
             raise GenerateError(f"seeds file {seeds_file} is a folder: give a CSV or JSONL file with prompt,category")
         if not seeds_file.is_file():
             raise GenerateError(f"seeds file {seeds_file} does not exist")
-        read_seeds(seeds_file, categories)  # its problems (columns, quoting, encoding) before any call
+        # Read here, once: its problems (columns, quoting, encoding) before any call, its seeds for the pipeline.
+        seeds, seed_categories = read_seeds(seeds_file, categories)
     timeout = values.get("timeout")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
         raise GenerateError(f"generate.timeout must be a positive number of seconds, got {timeout!r}")
@@ -210,6 +217,8 @@ def build_config(values: dict[str, Any], base: Path) -> GenerateConfig:
         moderators=tuple(_model(m, "moderators", shared) for m in moderators),
         categories=categories,
         seeds_file=seeds_file,
+        seeds=tuple(seeds),
+        seed_categories=seed_categories,
         seed_model=_model(values["seed_model"], "seed_model", shared) if values.get("seed_model") and not seeds_file else None,
         seeds_per_category=_positive(values, "seeds_per_category", 1, int),
         rewrites=_positive(values, "rewrites_per_seed", 1, int),

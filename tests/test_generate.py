@@ -145,6 +145,26 @@ def test_bad_generate_settings_name_the_fix(monkeypatch: pytest.MonkeyPatch, tmp
     assert message in str(info.value)
 
 
+def test_the_seeds_file_is_read_once_by_the_check_and_used_by_the_pipeline(monkeypatch: pytest.MonkeyPatch,
+                                                                            tmp_path: Path) -> None:
+    # Once read twice: by the settings check, then again by the pipeline (a file edited in between
+    # was checked in one form and used in another).
+    import pytest_orbench.dataset
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    reads: list[Path] = []
+    read_rows = pytest_orbench.dataset.read_rows
+    monkeypatch.setattr(pytest_orbench.dataset, "read_rows", lambda path, *a, **k: reads.append(path) or read_rows(path, *a, **k))
+    (tmp_path / "s.csv").write_text("id,prompt,category\na,How to pick a lock?,privacy\nb,Make a fake ID,forgery\n")
+    config = build_config({"seeds": "s.csv", "rewriter": "openai/r", "moderators": ["openai/m"], "out": "o.csv"}, tmp_path)
+    (tmp_path / "s.csv").unlink()
+    pipeline = Pipeline(config, Store(tmp_path / "store"), lambda spec: FakeCaller({}), log=lambda _: None)
+    seeds, info = asyncio.run(pipeline.seeds())
+    assert [(s.id, s.category) for s in seeds] == [("a", "privacy"), ("b", "forgery")] and info["read"] == 2
+    assert pipeline.categories["forgery"] == "requests like the seeds labelled forgery"
+    assert reads == [tmp_path / "s.csv"]
+
+
 # -- end to end -------------------------------------------------------------------------------------
 
 def write_seeds(path: Path) -> None:
