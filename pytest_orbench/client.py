@@ -101,6 +101,10 @@ def describe_failure(exc: BaseException, api_base: str | None, timeout: float) -
     names = {type(e).__name__ for e in chain}
     where = _where(chain, api_base)
     root = chain[-1]
+    if isinstance(exc, TimeoutError):
+        # Our own deadline on the whole request (asyncio.wait_for) ran out: whatever the call was doing when
+        # it was cancelled (a read that failed, a connection being set up) is not what ended it.
+        return EndpointError(f"timed out after {timeout:g} s", retryable=True, timed_out=True)
     if any(isinstance(e, ConnectionRefusedError) for e in chain):
         return EndpointError(f"connection refused by {where}", retryable=True, unreachable=True)
     if any(isinstance(e, socket.gaierror) for e in chain) or "ClientConnectorDNSError" in names:
@@ -370,11 +374,9 @@ class LiteLLMCaller:
             response = await asyncio.wait_for(
                 ll.acompletion(model=spec.model, messages=messages, timeout=spec.timeout, num_retries=0, **kwargs),
                 spec.timeout)
-        except TimeoutError:
-            raise EndpointError(f"timed out after {spec.timeout:g} s", retryable=True, timed_out=True) from None
         except ll.ContentPolicyViolationError:
             return Reply("", "content_filter")
-        except Exception as exc:  # a rejected key, timeouts, 429, 5xx, connection errors, malformed replies
+        except Exception as exc:  # the deadline above, a rejected key, 429, 5xx, connection errors, malformed replies
             failure = describe_failure(exc, spec.api_base, spec.timeout)
             raise EndpointError(self._scrub(str(failure)), retryable=failure.retryable, retry_after=failure.retry_after,
                                 unreachable=failure.unreachable, fatal=failure.fatal, timed_out=failure.timed_out) from None

@@ -117,6 +117,34 @@ def test_last_retry_raises_and_non_retryable_stops_at_once() -> None:
     assert hard.calls == 1
 
 
+def test_the_deadline_on_a_litellm_call_is_named_whatever_the_call_was_doing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The caller's own deadline (asyncio.wait_for) once had its own branch beside describe_failure; now
+    # describe_failure names it, even when the cancelled call was handling a refused connection at the time
+    # (not 'connection refused', which would stop every call as an unreachable endpoint).
+    import types
+
+    import pytest_orbench.client as client
+
+    class ContentPolicyViolationError(Exception):
+        pass
+
+    async def hang(**_: object) -> None:
+        try:
+            raise ConnectionRefusedError("refused, about to try another address")
+        except ConnectionRefusedError:
+            await asyncio.sleep(5)  # cancelled here: the CancelledError's context is the refusal
+
+    monkeypatch.setattr(client, "_litellm", types.SimpleNamespace(
+        acompletion=hang, ContentPolicyViolationError=ContentPolicyViolationError))
+    caller = client.LiteLLMCaller(ModelSpec("openai/m", api_base="http://127.0.0.1:9/v1", timeout=0.05))
+    started = time.monotonic()
+    with pytest.raises(EndpointError) as caught:
+        asyncio.run(caller("hi"))
+    assert time.monotonic() - started < 2
+    assert str(caught.value) == "timed out after 0.05 s"
+    assert caught.value.timed_out and caught.value.retryable and not caught.value.unreachable
+
+
 def test_backoff_grows_and_is_capped() -> None:
     assert backoff(0, None) <= 0.5 < backoff(3, None) * 2 and backoff(30, None) <= 60
     assert backoff(5, 2.5) == 2.5
