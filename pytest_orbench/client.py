@@ -95,8 +95,9 @@ _MALFORMED = {
 
 def describe_failure(exc: BaseException, api_base: str | None, timeout: float) -> EndpointError:
     """What actually happened, from the whole exception chain (litellm reports a refused connection as
-    "HTTP 500 InternalServerError"): connection refused, DNS, TLS, timed out, connection closed,
-    malformed reply (not JSON), or the HTTP status the server really sent."""
+    "HTTP 500 InternalServerError"): connection refused, DNS, TLS, TLS answering an http:// request,
+    timed out, connection closed, malformed reply (not HTTP, not JSON), or the HTTP status the server
+    really sent."""
     chain = _chain(exc)
     names = {type(e).__name__ for e in chain}
     where = _where(chain, api_base)
@@ -111,6 +112,17 @@ def describe_failure(exc: BaseException, api_base: str | None, timeout: float) -
         return EndpointError(f"DNS lookup failed for {where.rsplit(':', 1)[0]} ({root})", retryable=True, unreachable=True)
     if any(isinstance(e, ssl.SSLError) for e in chain) or "ClientConnectorCertificateError" in names:
         return EndpointError(f"TLS error with {where}: {root}", retryable=True, unreachable=True)
+    if _tls_record(chain):
+        # An http:// api_base on a TLS port: the server's first bytes (an alert, a handshake) are no HTTP
+        # status line. The same for every call, as a TLS error is.
+        fix = "use https:// in api_base" if api_base else "use https://"
+        return EndpointError(f"the server at {where} answered in TLS, not HTTP (its first bytes are a TLS record): "
+                             f"{fix}", retryable=True, unreachable=True)
+    if "BadStatusLine" in names or any(re.search(r"illegal (status|request) line", str(e)) for e in chain):
+        # Not a server that speaks HTTP (aiohttp quotes its first bytes; h11, litellm's httpx transport, says
+        # only "illegal request line"): every call meets the same, as a refused connection does.
+        return EndpointError(f"malformed reply (not HTTP) from {where}{_https_hint(api_base)}", retryable=True,
+                             unreachable=True)
     if any(isinstance(e, json.JSONDecodeError) for e in chain):
         return EndpointError(f"malformed reply (not JSON) from {where}", retryable=True)
     if "Timeout" in names or "APITimeoutError" in names or any(isinstance(e, (TimeoutError, asyncio.TimeoutError))
@@ -118,7 +130,7 @@ def describe_failure(exc: BaseException, api_base: str | None, timeout: float) -
         return EndpointError(f"timed out after {timeout:g} s", retryable=True, timed_out=True)
     if names & {"ServerDisconnectedError", "ReadError", "RemoteProtocolError", "ClientOSError",
                 "ClientPayloadError"} or any(isinstance(e, (ConnectionResetError, BrokenPipeError)) for e in chain):
-        return EndpointError(f"connection to {where} closed before a reply", retryable=True)
+        return EndpointError(f"connection to {where} closed before a reply{_https_hint(api_base)}", retryable=True)
     # A 200 whose body is not a chat completion: litellm raises these as "500" errors of its own.
     text = " ".join(str(exc).split())
     malformed = next((m for m in _MALFORMED if m in text), None)
@@ -144,6 +156,26 @@ def describe_failure(exc: BaseException, api_base: str | None, timeout: float) -
     if type(exc).__name__ in ("BadRequestError", "UnsupportedParamsError"):
         return EndpointError(f"{type(exc).__name__}: {_message(exc)}", retryable=False)
     return EndpointError(f"{type(exc).__name__}: {_message(exc)}", retryable=True, retry_after=_retry_after(exc))
+
+
+# The first bytes of a TLS record: content type (change_cipher_spec, alert, handshake, application data),
+# then protocol version 3.0-3.4 (RFC 8446 section 5.1); as the HTTP client quoted them (a bytes repr) or raw.
+_TLS_RECORD = re.compile(r"\\x1[4-7]\\x03\\x0[0-4]|[\x14-\x17]\x03[\x00-\x04]")
+
+
+def _https_hint(api_base: str | None) -> str:
+    """For an http:// api_base whose server closed or answered no HTTP: a TLS server that gets plain HTTP
+    often resets or closes without a byte, which nothing tells apart from a crashed server; hence "may"."""
+    return " (or the endpoint may expect https://)" if (api_base or "").lower().startswith("http://") else ""
+
+
+def _tls_record(chain: list[BaseException]) -> bool:
+    """Whether the HTTP client failed to parse a status line that starts like a TLS record."""
+    for exc in chain:
+        text = str(exc)
+        if ("status line" in text.lower() or "BadStatusLine" in type(exc).__name__) and _TLS_RECORD.search(text):
+            return True
+    return False
 
 
 # Statuses that say every call will fail the same way: the run's calls stop at the first.

@@ -62,7 +62,7 @@ def test_a_model_string_without_a_provider_is_a_usage_error_before_any_call(pyte
     ("malformed", "malformed reply (not JSON) from 127.0.0.1:*"),
     # A 200 that is JSON but no chat completion: litellm calls it a 500; no server sent one.
     ("not_completion", "malformed reply from 127.0.0.1:* (empty or not a chat completion): *Received: 'hello'*"),
-    ("disconnect", "connection to 127.0.0.1:* closed before a reply"),
+    ("disconnect", "connection to 127.0.0.1:* closed before a reply (or the endpoint may expect https://)"),
     # httpx follows the 307s until it gives up; litellm called that an "HTTP 500" no server sent.
     ("redirect_loop", "too many redirects from 127.0.0.1:* (a redirect loop: check api_base)"),
 ])

@@ -466,3 +466,54 @@ def test_scrub_removes_keys_litellm_reads_by_itself_and_secret_named_variables(m
     scrubbed = scrub(ModelSpec("openai/gpt-4o-mini"), text)
     assert "SUPERSECRET" not in scrubbed and "gw-0123" not in scrubbed
     assert scrubbed == "401 Incorrect API key provided: *** (gateway ***), verbose-tracing"
+
+
+@pytest.mark.parametrize(("first_bytes", "message"), [
+    # A TLS server's alert to a plain-HTTP request (OpenSSL's s_server, Java): named, with the fix.
+    (b"\x15\x03\x01\x00\x02\x02\x46", "the server at 127.0.0.1:{port} answered in TLS, not HTTP (its first bytes are "
+                                      "a TLS record): use https:// in api_base"),
+    # Python's and Node's TLS servers just drop the connection: nothing tells that from a crash, so "may".
+    (b"", "connection to 127.0.0.1:{port} closed before a reply (or the endpoint may expect https://)"),
+    (b"SSH-2.0-OpenSSH_9.6\r\n", "malformed reply (not HTTP) from 127.0.0.1:{port} (or the endpoint may expect https://)"),
+])
+def test_an_http_api_base_on_a_server_that_speaks_no_http_says_so(first_bytes: bytes, message: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # Real litellm over a real socket: the server reads the request, answers these bytes and closes. Once
+    # all three read "closed before a reply" or "cannot connect to ...: 400, message: Bad status line".
+    import socket
+    import threading
+
+    from pytest_orbench.client import LiteLLMCaller
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:  # closed: the test is over
+                return
+            with conn:
+                conn.settimeout(5)
+                conn.recv(65536)
+                conn.sendall(first_bytes)
+
+    threading.Thread(target=serve, daemon=True).start()
+    caller = LiteLLMCaller(ModelSpec("openai/m", api_base=f"http://127.0.0.1:{port}/v1", timeout=10))
+
+    async def call() -> EndpointError:
+        try:
+            with pytest.raises(EndpointError) as caught:
+                await caller("hi")
+            return caught.value
+        finally:
+            await caller.aclose()
+
+    try:
+        error = asyncio.run(call())
+    finally:
+        server.close()
+    assert str(error) == message.format(port=port)
+    assert error.unreachable == (first_bytes != b"")  # a server that speaks no HTTP: every call the same
