@@ -122,6 +122,11 @@ def base_arguments(env: Mapping[str, str], temp: Path) -> tuple[list[str], dict[
     api_base = env.get("ORBENCH_API_BASE") or config.get("api_base")
     if isinstance(api_base, str) and api_base:
         args.append(f"--orbench-base-api-base={api_base}")
+    elif "model" in info:
+        # The base branch names no api_base: its model was asked at the provider's default endpoint (or, the
+        # same model as the PR's, at the PR's api_base). Said explicitly, so that a PR that moves to another
+        # model behind its own api_base is not refused as a base sent elsewhere by mistake.
+        args.append("--orbench-base-api-base=")
     # Sampling parameters as the base branch sets them (or their defaults there), unless pytest-args sets
     # them for the whole job: a pull request that only raises the temperature must show up as a difference.
     flags = _flags(env.get("ORBENCH_PYTEST_ARGS", ""))

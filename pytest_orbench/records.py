@@ -122,6 +122,7 @@ class RunMeta(TypedDict, total=False):
     model: str | None
     target: str | None
     api_base: str | None
+    calls_to: str  # where the calls go: api_base's host, or the provider's own API (spec.calls_go_to)
     params: dict[str, Any]
     system_prompt_sha256: str | None
     system_prompt_source: str | None

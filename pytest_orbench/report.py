@@ -170,6 +170,9 @@ def header_line(run: RunMeta) -> str:
     if base:
         base_prompt = f"{base['system_prompt_sha256'][:12]}" if base.get("system_prompt_sha256") else "none"
         asked += f" | live base {base['endpoint']}, system prompt {base_prompt}"
+        if run.get("calls_to") and base.get("calls_to"):
+            # Two configurations, perhaps two endpoints: where each side's calls go, before any is made.
+            asked += f" | calls to {run['calls_to']} (run), {base['calls_to']} (live base)"
     return term_safe(
         f"orbench: {run['endpoint']}{revision} | system prompt {system} | judge {run['judge']['id']} v{run['judge']['version']}"
         f"{sample}{asked} | data {', '.join(revisions) or 'custom'}"

@@ -36,7 +36,7 @@ from pytest_orbench.records import BaselineDocument, BaseRecord, Combined, Costs
 from pytest_orbench.report import header_line
 from pytest_orbench.results import RunResults, dry_run
 from pytest_orbench.settings import Settings
-from pytest_orbench.spec import redact_url
+from pytest_orbench.spec import calls_go_to, redact_url
 from pytest_orbench.store import Store, StoreError, response_key
 
 CACHED_JUDGES = ("keyword", "prefix")  # deterministic, versioned: their verdicts on a reply are stored
@@ -146,13 +146,15 @@ class OrbenchPlugin:
         """What a configuration asks: endpoint, parameters, system prompt (by hash; never a secret)."""
         return {"endpoint": s.endpoint, "model": s.model, "target": s.target, "api_base": redact_url(s.api_base),
                 "params": s.params, "system_prompt_sha256": s.system_prompt_sha256,
-                "system_prompt_source": s.system_prompt_source}
+                "system_prompt_source": s.system_prompt_source,
+                "calls_to": calls_go_to(s.model, s.api_base, s.target)}
 
     def _base_meta(self) -> dict[str, Any]:
         """The live base in the run's metadata: what it is, and what differs from the configuration tested."""
         assert self.settings.base is not None
         head, base = self._endpoint_meta(self.settings), self._endpoint_meta(self.settings.base)
-        differs = [k for k in head if k != "system_prompt_source" and head.get(k) != base.get(k)]
+        # (where the calls go follows from the model, api_base and target, which are listed themselves)
+        differs = [k for k in head if k not in ("system_prompt_source", "calls_to") and head.get(k) != base.get(k)]
         return {**base, "differs": differs}
 
     def pytest_report_header(self, config: pytest.Config) -> str:

@@ -22,7 +22,17 @@ from pytest_orbench.dataset import BUILTINS, DatasetError, DatasetSpec, parse_sp
 from pytest_orbench.gate import GateConfig, GateConfigError, parse_gate
 from pytest_orbench.markdown import MIN_MARKDOWN_CHARS
 from pytest_orbench.options import BY_KEY, MAX_TRIALS, OPTIONS, Option, parse_age
-from pytest_orbench.spec import TARGET_PARAMETERS, LoadError, ModelSpec, load_callable, public_kwargs, secret_problem
+from pytest_orbench.spec import (
+    TARGET_PARAMETERS,
+    LoadError,
+    ModelSpec,
+    calls_go_to,
+    load_callable,
+    provider_of,
+    public_kwargs,
+    redact_url,
+    secret_problem,
+)
 
 if TYPE_CHECKING:
     from pytest_orbench.batch import BatchSettings
@@ -548,6 +558,19 @@ def _base(values: dict[str, Any], bases: dict[str, Path], head: Settings) -> Set
                         "with a model")
         return replace(head, system_prompt=system_prompt, system_prompt_source=source, base=None)
     same_model = model == head.model
+    base_to, head_to = calls_go_to(model, None), calls_go_to(head.model, head.api_base)
+    if (not same_model and head.api_base and "api_base" not in block and head.model is not None
+            and provider_of(model) == provider_of(head.model) and base_to.split(" (from ")[0] != head_to):
+        # The run is asked at its api_base (a local server, a gateway), the base would be asked elsewhere:
+        # a base served beside the head then fails (or is paid for at the provider) for a reason no gate
+        # shows. Going to the provider on purpose is said with an empty value.
+        provider = provider_of(model) or "the provider"
+        raise _fail(
+            f"the live base {model} has no api_base of its own, so its calls would go to {base_to} while the "
+            f"run's go to {head_to} (api_base): "
+            f"set --orbench-base-api-base=URL (base.api_base in orbench.yaml) to where {model} is served, e.g. "
+            f"--orbench-base-api-base={redact_url(head.api_base)}, or --orbench-base-api-base= (base: "
+            f"{{api_base: null}}) to send the base's calls to {provider}'s default endpoint on purpose")
     api_base = block.get("api_base") or (head.api_base if same_model else None)
     api_key_env = block.get("api_key_env") or (head.api_key_env if same_model else None)
     kwargs = block["litellm_kwargs"] if "litellm_kwargs" in block else (head.litellm_kwargs if same_model else {})

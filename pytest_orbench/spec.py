@@ -170,6 +170,32 @@ def provider_of(model: str) -> str:
     return ""
 
 
+def calls_go_to(model: str | None, api_base: str | None, target: str | None = None,
+                env: Mapping[str, str] | None = None) -> str:
+    """Where a configuration's calls go, for people: the host (and port) of its api_base; without one,
+    of the base URL variable litellm reads for the provider (`OPENAI_BASE_URL`, `OPENAI_API_BASE`), or
+    else the provider's own API. Never a path, a query or a credential."""
+    if target:
+        return f"target:{target} (in this process)"
+
+    def host(url: str) -> str:
+        parts = urlsplit(url if "//" in url else f"//{url}")
+        name = parts.hostname or "?"
+        try:
+            return f"{name}:{parts.port}" if parts.port else name
+        except ValueError:  # a port that is no number: litellm will say so; the host is what is shown here
+            return name
+
+    if api_base:
+        return host(api_base)
+    provider = provider_of(model or "")
+    env = os.environ if env is None else env
+    for var in (f"{provider.upper()}_BASE_URL", f"{provider.upper()}_API_BASE") if provider else ():
+        if env.get(var):
+            return f"{host(env[var])} (from {var})"
+    return f"{provider}'s own API" if provider else "litellm's default endpoint for the model"
+
+
 # Credentials written into settings: header names that carry them, and values that look like them.
 SECRET_NAMES = re.compile(r"authori[sz]ation|api[-_]?key|token|secret|password|credential|cookie|^key$|-key$|_key$",
                           re.IGNORECASE)

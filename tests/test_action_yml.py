@@ -324,11 +324,11 @@ def test_base_branch_without_the_prompt_file_means_no_system_prompt(tmp_path: Pa
         env = {"GITHUB_BASE_REF": "main", "ORBENCH_SYSTEM_PROMPT_FILE": "prompts/system.txt", "ORBENCH_MODEL": "openai/m"}
         args, info = base_arguments(env, tmp_path)
         # main sets no temperature or max_tokens: the base asks with the defaults, whatever the PR's config says.
-        assert args == ["--orbench-base-model=openai/m", "--orbench-base-temperature=0.0", "--orbench-base-max-tokens=1000",
-                        "--orbench-base-system-prompt-file="]
+        assert args == ["--orbench-base-model=openai/m", "--orbench-base-api-base=", "--orbench-base-temperature=0.0",
+                        "--orbench-base-max-tokens=1000", "--orbench-base-system-prompt-file="]
         # Set for the whole job in pytest-args, they apply to both sides.
         args, _ = base_arguments({**env, "ORBENCH_PYTEST_ARGS": "--orbench-temperature=0.7\n--orbench-max-tokens 50"}, tmp_path)
-        assert args == ["--orbench-base-model=openai/m", "--orbench-base-system-prompt-file="]
+        assert args == ["--orbench-base-model=openai/m", "--orbench-base-api-base=", "--orbench-base-system-prompt-file="]
         assert info["notes"] == ["prompts/system.txt does not exist on main: the base has no system prompt"]
         with pytest.raises(BaseBranchError, match="cannot read the base branch 'gone'.*fetch-depth: 0"):
             base_arguments({**env, "GITHUB_BASE_REF": "gone"}, tmp_path)

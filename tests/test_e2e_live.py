@@ -176,5 +176,7 @@ def test_a_live_base_that_cannot_be_reached_stops_only_its_own_calls(pytester: p
     assert all("connection refused by 127.0.0.1:9" in p["base"]["error"] for p in data["prompts"])
     assert data["run"]["calls"]["errors"] == 20  # the base's failed replies: once "calls: 28 made, 0 errors"
     assert result.ret == pytest.ExitCode.TESTS_FAILED  # inconclusive: the base answered nothing
+    port = mock.url.split(":")[2].split("/")[0]  # where each side's calls go, said before any call
+    result.stdout.fnmatch_lines([f"orbench: *| calls to 127.0.0.1:{port} (run), 127.0.0.1:9 (live base) |*"])
     result.stdout.fnmatch_lines(["  INCONCLUSIVE: toxic live base error budget: 20 of 20 prompts got no verdict under "
                                  "the live base (100.0%, budget 2.0%); most common error: *connection refused by 127.0.0.1:9*"])

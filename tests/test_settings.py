@@ -241,3 +241,34 @@ def test_the_node_id_the_docs_show_selects_its_test(pytester: pytest.Pytester) -
                                     "-q", node_id)
         assert result.ret == 0, result.stderr.str()
         result.stdout.fnmatch_lines([node_id, "1/* tests collected*"])
+
+
+def test_a_live_base_sent_elsewhere_than_the_run_is_refused_unless_said(pytester: pytest.Pytester,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The run is served at a local api_base; the base names another model of the same provider and no
+    # api_base, so its calls went to OpenAI's public API (paid, or a 404 for a local model's name).
+    for var in ("OPENAI_BASE_URL", "OPENAI_API_BASE"):
+        monkeypatch.delenv(var, raising=False)
+    head = ["--orbench", "--orbench-model=openai/new", "--orbench-api-base=http://user:pw@127.0.0.1:8000/v1?k=1",
+            "--orbench-datasets=toxic", "--orbench-sample=2", "--orbench-seed=1", "--collect-only", "-p", "no:cacheprovider"]
+    refused = pytester.runpytest(*head, "--orbench-base-model=openai/old")
+    usage_error(refused, "the live base openai/old has no api_base of its own, so its calls would go to openai's own "
+                         "API while the run's go to 127.0.0.1:8000 (api_base): set --orbench-base-api-base=URL "
+                         "(base.api_base in orbench.yaml) to where openai/old is served, e.g. "
+                         "--orbench-base-api-base=http://127.0.0.1:8000/v1, or --orbench-base-api-base= (base: "
+                         "{api_base: null}) to send the base's calls to openai's default endpoint on purpose")
+    assert "pw" not in refused.stdout.str() + refused.stderr.str()
+    # Said explicitly (a head behind a proxy, the base at the provider), the run says where each side goes.
+    for said in (["--orbench-base-model=openai/old", "--orbench-base-api-base="],
+                 ["--orbench-base-model=openai/old", "--orbench-base-api-base=https://gw.example/v1"]):
+        result = pytester.runpytest(*head, *said)
+        assert result.ret == pytest.ExitCode.OK, result.stderr.str()
+        where = "gw.example" if said[-1].endswith("/v1") else "openai's own API"
+        result.stdout.fnmatch_lines([f"orbench: openai/new | *| live base openai/old, system prompt none | calls to "
+                                     f"127.0.0.1:8000 (run), {where} (live base) | *"])
+    (pytester.path / "orbench.yaml").write_text("base: {model: openai/old, api_base: null}\n", encoding="utf-8")
+    assert pytester.runpytest(*head).ret == pytest.ExitCode.OK
+    # Another provider has its own endpoint: not refused.
+    (pytester.path / "orbench.yaml").unlink()
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-not-a-real-key")
+    assert pytester.runpytest(*head, "--orbench-base-model=anthropic/claude-x").ret == pytest.ExitCode.OK
