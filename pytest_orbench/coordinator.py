@@ -125,14 +125,17 @@ class Coordinator:
             self.child = FetchChild()
             self.child.spawn()
 
+    def open_store(self) -> Store:
+        """The session's store, opened once (each opening runs the schema check and the day-old cleanup, and
+        its close a WAL checkpoint): the configure-time check, `preview` and `begin` share it; `stop` closes it."""
+        if self.store is None:
+            self.store = Store(self.settings.store)
+        return self.store
+
     def preview(self, requests: list[Request]) -> Plan:
         """What `begin` would do with these requests (store hits, calls, judge calls), calling nothing."""
-        store = Store(self.settings.store)
-        try:
-            # offline=True keeps the stored replies that still need a judge call in plan.stored
-            return make_plan(store, self.judge, requests, self.settings.store_max_age, offline=True)
-        finally:
-            store.close()
+        # offline=True keeps the stored replies that still need a judge call in plan.stored
+        return make_plan(self.open_store(), self.judge, requests, self.settings.store_max_age, offline=True)
 
     def _shards(self, jobs: int) -> int:
         import os
@@ -147,7 +150,8 @@ class Coordinator:
         under the configuration tested and then the live base (if any). `preview`: `preview(requests)`,
         when the caller read it already (the store is then not read again)."""
         s = self.settings
-        self.store = Store(s.store)
+        self.open_store()
+        assert self.store is not None
         max_age = None if s.offline else s.store_max_age
         if not self.fetches and max_age is not None:
             max_age += GRACE  # the fetcher decided a moment ago; don't wait for what it counts as fresh

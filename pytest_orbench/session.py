@@ -37,7 +37,7 @@ from pytest_orbench.report import header_line
 from pytest_orbench.results import RunResults, dry_run
 from pytest_orbench.settings import Settings
 from pytest_orbench.spec import calls_go_to, redact_url
-from pytest_orbench.store import Store, StoreError, response_key
+from pytest_orbench.store import StoreError, response_key
 
 CACHED_JUDGES = ("keyword", "prefix")  # deterministic, versioned: their verdicts on a reply are stored
 
@@ -97,19 +97,24 @@ class OrbenchPlugin:
         self._announced = False
         if not self.is_worker and not dry_run(config):
             try:  # a read-only folder or a full disk: one usage error now, not a traceback (or lost replies) later
-                Store(settings.store).close()
+                self.coordinator.open_store()  # kept open for the preview and the fetch (opened once)
             except StoreError as exc:
                 raise pytest.UsageError(_unusable_store(exc)) from None
-        if not dry_run(config) and not settings.estimate:
-            every = [r for item in self._requests.values() for r in item.all]
-            plan = None
-            if settings.max_cost is not None and not self.is_worker:
-                plan = self.coordinator.preview(every)  # one read of the store for the check and the early start
-                self._check_max_cost(plan)
-            if not self.is_worker and _selects_every_prompt(config, self.selected):
-                self._begin(every, announce=False, preview=plan)  # nothing can deselect a prompt: calls start now
-            else:
-                self.coordinator.early(every, plan)
+        try:
+            if not dry_run(config) and not settings.estimate:
+                every = [r for item in self._requests.values() for r in item.all]
+                plan = None
+                if settings.max_cost is not None and not self.is_worker:
+                    plan = self.coordinator.preview(every)  # one read of the store for the check and the early start
+                    self._check_max_cost(plan)
+                if not self.is_worker and _selects_every_prompt(config, self.selected):
+                    self._begin(every, announce=False, preview=plan)  # nothing can deselect a prompt: calls start now
+                else:
+                    self.coordinator.early(every, plan)
+        except BaseException:
+            # Not registered yet, so no pytest_unconfigure of ours will close the store or stop a fetch.
+            self.coordinator.stop()
+            raise
 
     def _load_datasets(self) -> list[Dataset]:
         try:

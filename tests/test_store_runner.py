@@ -517,3 +517,18 @@ def test_an_http_api_base_on_a_server_that_speaks_no_http_says_so(first_bytes: b
         server.close()
     assert str(error) == message.format(port=port)
     assert error.unreachable == (first_bytes != b"")  # a server that speaks no HTTP: every call the same
+
+
+@pytest.mark.usefixtures("orbench_env")
+def test_a_session_opens_the_store_once(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The configure-time check, the preview (--orbench-max-cost) and the fetch's plan each opened it, each
+    # time running the schema check and the day-old cleanup, and a WAL checkpoint on close.
+    opened: list[Path] = []
+    real_open = Store._open
+    monkeypatch.setattr(Store, "_open", lambda self, directory: opened.append(directory) or real_open(self, directory))
+    args = ("--orbench", "--orbench-model=openai/m", "--orbench-offline", "--orbench-datasets=toxic", "--orbench-sample=2",
+            "--orbench-seed=1", "--orbench-max-cost=1", "-p", "no:cacheprovider")
+    pytester.makefile(".yaml", orbench="litellm_kwargs: {input_cost_per_token: 0.000001, output_cost_per_token: 0.000002}\n")
+    result = pytester.runpytest_inprocess(*args)
+    assert result.parseoutcomes()["errors"] == 2  # offline, nothing stored: an error each, no call
+    assert opened == [pytester.path / ".orbench"]
