@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from pytest_orbench.options import BY_KEY
+from pytest_orbench.prompt_file import KeyAbsent, PromptFileError, extract, split
 
 
 class BaseBranchError(RuntimeError):
@@ -141,28 +142,39 @@ def base_arguments(env: Mapping[str, str], temp: Path) -> tuple[list[str], dict[
                 info.setdefault("params", {})[key] = value
     prompt_file = env.get("ORBENCH_SYSTEM_PROMPT_FILE")
     text: str | None = None
+    selector: str | None = None  # a prompt under a key of a YAML / JSON / TOML file or a Python module (prompt_file.py)
     if prompt_file:
-        text = show(ref, prompt_file)
-        where = prompt_file
-        moved = renamed_from(ref, prompt_file) if text is None else None
+        where, selector = split(prompt_file)
+        text = show(ref, where)
+        moved = renamed_from(ref, where) if text is None else None
         if moved is not None:
             # Renamed in the pull request (the input names the new path): the base's prompt is the old file.
             text = show(ref, moved)
             if text is not None:
-                info["notes"].append(f"{prompt_file} does not exist on {base_ref}; the pull request renamed "
+                info["notes"].append(f"{where} does not exist on {base_ref}; the pull request renamed "
                                      f"{moved} to it, so the base uses {moved}")
                 where = moved
     elif isinstance(config.get("system_prompt"), str):
         text, where = config["system_prompt"], f"{config_path} system_prompt"
     elif isinstance(config.get("system_prompt_file"), str):
-        where = str(Path(config_path).parent / config["system_prompt_file"])
+        where, selector = split(str(Path(config_path).parent / config["system_prompt_file"]))
         text = show(ref, where)
     else:
         where = ""
+    absent = f"{where} does not exist on {base_ref}"
+    if text is not None and selector is not None:
+        try:
+            text = extract(text, where, selector)
+        except KeyAbsent as exc:  # the pull request added the key: the base had no such prompt
+            text, absent = None, f"{exc} on {base_ref}"
+        except PromptFileError as exc:
+            raise BaseBranchError(f"cannot read the system prompt on the base branch: {exc}") from None
+    if selector:
+        where = f"{where}#{selector}"
     if text is None:
         args.append("--orbench-base-system-prompt-file=")
         if where:
-            info["notes"].append(f"{where} does not exist on {base_ref}: the base has no system prompt")
+            info["notes"].append(f"{absent}: the base has no system prompt")
     else:
         target = temp / "orbench-base-system-prompt.txt"
         target.write_text(text, encoding="utf-8")

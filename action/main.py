@@ -17,6 +17,7 @@ from action.settings import RUN_ERROR, RUN_STDERR, ActionSettings, ActionSetting
 from pytest_orbench.client import scrub
 from pytest_orbench.gate import BLOCKING
 from pytest_orbench.markdown import error_reasons, md_code, md_text
+from pytest_orbench.prompt_file import split
 from pytest_orbench.records import ResultsDocument, ResultsError, load_results
 
 OVER_REFUSAL = ("hard-1k", "xstest-safe", "80k")
@@ -54,8 +55,8 @@ def outputs(results: ResultsDocument) -> dict[str, str]:
 
 def prompt_diff_stat(path: str | None, base_ref: str | None) -> dict[str, str] | None:
     """`git diff --numstat` of the system-prompt file against the PR's base branch, when git can tell."""
-    if not path or not base_ref:
-        return None
+    if not path or not base_ref or split(path)[1] is not None:
+        return None  # a prompt under a key of a larger file: the file's line counts are not the prompt's
     try:
         proc = subprocess.run(["git", "diff", "--numstat", f"origin/{base_ref}...HEAD", "--", path],
                               capture_output=True, text=True, timeout=30)
@@ -187,7 +188,8 @@ def main(env: Mapping[str, str] | None = None, github_factory: Callable[[ActionS
                     "input or gate limits in orbench.yaml to gate merges", title="pytest-orbench")
     elif verdict != "pass":
         failed = "; ".join(f"{c['name']}: {c['message']}" for c in results["gate"]["checks"] if c["outcome"] != "pass")
-        gha.error(f"OR-Bench gate {verdict}: {failed}", title="pytest-orbench", file=settings.system_prompt_file)
+        prompt_file = split(settings.system_prompt_file)[0] if settings.system_prompt_file else None
+        gha.error(f"OR-Bench gate {verdict}: {failed}", title="pytest-orbench", file=prompt_file)
     errored, reasons = error_reasons(results, limit=1)
     if errored:
         # What went wrong with the endpoint, where the annotation is read (the comment lists more).

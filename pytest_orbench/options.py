@@ -44,7 +44,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("retries", "int", 4, "retries per prompt after a timeout, 429, 5xx or malformed reply", "--orbench-retries"),
     Option("litellm_kwargs", "dict", None, "extra keyword arguments for litellm.acompletion (YAML only)", ini=False),
     Option("system_prompt", "str", None, "system prompt text (YAML only; or system_prompt_file)", ini=False),
-    Option("system_prompt_file", "path", None, "file whose text is sent as the system message", "--orbench-system-prompt-file"),
+    Option("system_prompt_file", "path", None, "file whose text is sent as the system message (FILE#KEY: the string at that key of a "
+           "YAML / JSON / TOML file or Python module)", "--orbench-system-prompt-file"),
     Option("datasets", "list", "hard-1k,toxic", f"comma-separated: {', '.join(BUILTINS)} or FILE.csv|FILE.jsonl[:answer|:refuse]", "--orbench-datasets"),
     Option("sample", "int", None, "run N prompts per dataset, stratified by category", "--orbench-sample"),
     Option("seed", "int", None, "sampling seed (default: random, printed in the header)", "--orbench-seed"),

@@ -22,6 +22,7 @@ from pytest_orbench.dataset import BUILTINS, DatasetError, DatasetSpec, parse_sp
 from pytest_orbench.gate import GateConfig, GateConfigError, parse_gate
 from pytest_orbench.markdown import MIN_MARKDOWN_CHARS
 from pytest_orbench.options import BY_KEY, MAX_TRIALS, OPTIONS, Option, parse_age
+from pytest_orbench.prompt_file import PromptFileError, extract, split
 from pytest_orbench.spec import (
     TARGET_PARAMETERS,
     LoadError,
@@ -361,8 +362,10 @@ def build_settings(config: pytest.Config) -> Settings:
     system_prompt, source = values["system_prompt"], ("inline" if values["system_prompt"] is not None else None)
     prompt_file = path("system_prompt_file")
     if prompt_file is not None:
-        system_prompt = _read_prompt(prompt_file, f"--orbench-system-prompt-file {values['system_prompt_file']}")
+        system_prompt = _read_prompt(prompt_file, f"--orbench-system-prompt-file {values['system_prompt_file']}",
+                                     str(values["system_prompt_file"]))
         source = str(values["system_prompt_file"])
+        prompt_file = Path(split(str(prompt_file))[0])  # the file itself, without a `#key`
 
     data_dir = path("data_dir")
     if data_dir is None and os.environ.get("ORBENCH_DATA_DIR"):
@@ -502,13 +505,19 @@ def _check_batch_model(model: str, what: str) -> None:
         raise _fail(f"{what}: {problem}")
 
 
-def _read_prompt(file: Path, label: str, hint: str = "") -> str:
-    """A system prompt file's text; a usage error naming `label` when it cannot be read."""
+def _read_prompt(file: Path, label: str, shown: str, hint: str = "") -> str:
+    """A system prompt file's text, or the string under its `#key` (prompt_file.py); a usage error naming
+    `label` when it cannot be read. `shown`: the file as the user wrote it, for the messages."""
+    name, key = split(str(file))
     try:
-        return file.read_text(encoding="utf-8")
+        text = Path(name).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise _fail(f"{label}: cannot read it ({reason}){hint}") from None
+    try:
+        return extract(text, split(shown)[0], key)
+    except PromptFileError as exc:
+        raise _fail(f"{label}: {exc}{hint}") from None
 
 
 BASE_KEYS = ("model", "api_base", "api_key_env", "system_prompt", "system_prompt_file", "temperature", "max_tokens",
@@ -549,7 +558,8 @@ def _base(values: dict[str, Any], bases: dict[str, Path], head: Settings) -> Set
             system_prompt, source = None, None
         else:
             system_prompt = _read_prompt((folders["system_prompt_file"] / name).resolve(),
-                                         f"{where['system_prompt_file']} {name}", "; give '' for a base without a system prompt")
+                                         f"{where['system_prompt_file']} {name}", str(name),
+                                         "; give '' for a base without a system prompt")
             source = str(name)
     model = block.get("model") or head.model
     if model is None:  # a target under test: the base calls the same function (with its own system prompt)

@@ -220,6 +220,16 @@ def test_system_prompt_diff_stat_against_the_base_branch(env: dict[str, str], gi
     assert "- system prompt file system.txt: origin/main → +2 -0 lines" in comment["body"]
 
 
+def test_a_prompt_under_a_key_is_annotated_on_its_file(env: dict[str, str], github: FakeGitHub,
+                                                      capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # config/bot.yaml#prompts.support: the annotation goes on the file (a path with the key is no file).
+    monkeypatch.setenv("ORBENCH_SYSTEM_PROMPT_FILE", "config/bot.yaml#prompts.support")
+    write(env, regressed())
+    assert main() == 1
+    assert "::error title=pytest-orbench,file=config/bot.yaml::OR-Bench gate fail" in capsys.readouterr().out
+
+
 def test_ungated_run_is_said_plainly_and_does_not_fail_the_job(env: dict[str, str], github: FakeGitHub,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     write(env, assess(make_results({"hard-1k": [False] * 50, "toxic": [True] * 50}), None, parse_gate({})))

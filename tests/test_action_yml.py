@@ -389,3 +389,33 @@ def test_base_branch_reads_an_absolute_input_path_and_refuses_one_outside_the_re
             base_arguments({**env, "ORBENCH_SYSTEM_PROMPT_FILE": str(outside)}, tmp_path)
     finally:
         os.chdir(cwd)
+
+
+def test_base_branch_reads_a_system_prompt_under_a_key_of_a_config_file(tmp_path: Path) -> None:
+    from action.base_branch import base_arguments
+
+    # The prompt lives in the app's YAML config and in a Python module, beside other settings the PR changes.
+    base_yaml = "temperature: 0\nprompts:\n  support: You are a support assistant.\n"
+    workspace = pull_request_checkout(
+        tmp_path, {"services/bot/bot.yaml": base_yaml, "services/bot/prompts.py": 'MODEL = "a"\nSYSTEM = "Be kind."\n'},
+        {"services/bot/bot.yaml": base_yaml.replace("temperature: 0", "temperature: 0.3"),
+         "services/bot/prompts.py": 'MODEL = "b"\nSYSTEM = "Be kind."\nNEW = "Be careful."\n'})
+    cwd = os.getcwd()
+    os.chdir(workspace)
+    try:
+        env = {"GITHUB_BASE_REF": "main", "ORBENCH_MODEL": "openai/m",
+               "ORBENCH_SYSTEM_PROMPT_FILE": "services/bot/bot.yaml#prompts.support"}
+        args, info = base_arguments(env, tmp_path)
+        # The base's prompt is the string at that key on main, not main's whole file.
+        assert (tmp_path / "orbench-base-system-prompt.txt").read_text(encoding="utf-8") == "You are a support assistant."
+        assert args[-1] == f"--orbench-base-system-prompt-file={tmp_path / 'orbench-base-system-prompt.txt'}"
+        assert info["system_prompt_from"] == "services/bot/bot.yaml#prompts.support" and info["notes"] == []
+        _, info = base_arguments({**env, "ORBENCH_SYSTEM_PROMPT_FILE": "services/bot/prompts.py#SYSTEM"}, tmp_path)
+        assert (tmp_path / "orbench-base-system-prompt.txt").read_text(encoding="utf-8") == "Be kind."
+        # A key the pull request added: main had no such prompt.
+        args, info = base_arguments({**env, "ORBENCH_SYSTEM_PROMPT_FILE": "services/bot/prompts.py#NEW"}, tmp_path)
+        assert args[-1] == "--orbench-base-system-prompt-file=" and "system_prompt_from" not in info
+        assert info["notes"] == ["services/bot/prompts.py assigns no 'NEW' at module level on main: the base has no "
+                                 "system prompt"]
+    finally:
+        os.chdir(cwd)

@@ -111,6 +111,26 @@ def test_unreadable_system_prompt_file(pytester: pytest.Pytester, mock: Any) -> 
     assert stats(mock.url)["requests"] == 0
 
 
+def test_a_system_prompt_under_a_key_of_a_config_file(pytester: pytest.Pytester, mock: Any) -> None:
+    # Teams keep the prompt in their app's config: sent whole, the YAML's other keys were part of the system
+    # prompt, and a change of its temperature was reported as a system-prompt change.
+    import hashlib
+
+    pytester.mkdir("config").joinpath("bot.yaml").write_text(
+        "temperature: 0\nprompts:\n  support: You are a support assistant.\n", encoding="utf-8")
+    usage_error(pytester.runpytest(*mock_args(mock, "--orbench-system-prompt-file", "config/bot.yaml")),
+                "--orbench-system-prompt-file config/bot.yaml: config/bot.yaml is a YAML file, and sent whole its other "
+                "keys would be part of the system prompt: name the key that holds the prompt*")
+    usage_error(pytester.runpytest(*mock_args(mock, "--orbench-system-prompt-file", "config/bot.yaml#prompts.sales")),
+                "*config/bot.yaml has no 'prompts.sales'*")
+    assert stats(mock.url)["requests"] == 0
+    sha = hashlib.sha256(b"You are a support assistant.").hexdigest()[:12]
+    pytester.makefile(".yaml", orbench="system_prompt_file: config/bot.yaml#prompts.support\n")
+    result = pytester.runpytest(*mock_args(mock, "--collect-only"))
+    assert result.ret == 0, result.stderr.str()
+    result.stdout.fnmatch_lines([f"*system prompt {sha} (config/bot.yaml#prompts.support)*"])
+
+
 def test_yaml_paths_are_relative_to_the_yaml_file(pytester: pytest.Pytester) -> None:
     conf = pytester.mkdir("conf")
     conf.joinpath("system.txt").write_text("Be careful.", encoding="utf-8")
