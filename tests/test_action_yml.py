@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -51,18 +52,29 @@ class Runner:
         log = []
         for number, step in enumerate(self.action["runs"]["steps"]):
             if "uses" in step:
-                assert step["uses"].startswith("actions/setup-python@")  # the venv below plays its part
+                # The venv below plays its part: the interpreter it found, left off the job's PATH.
+                assert re.fullmatch(r"actions/setup-python@[0-9a-f]{40}", step["uses"])  # a commit, not a tag
+                assert step["with"]["update-environment"] is False
+                steps[step["id"]] = {"python-path": str(self.python_bin / "python"),
+                                     "python-version": platform.python_version()}
+                # The action's own environment, made and installed by its install step once for the module's
+                # tests: each test has its own runner.temp, so a later test finds the first one's linked there.
+                own, first = self.temp / f"orbench-venv-{platform.python_version()}", self.python_bin.parent.parent / "own"
+                if first.is_file() and not own.exists():
+                    own.symlink_to(first.read_text(), target_is_directory=True)
                 continue
             output = self.temp / f"step-{number}-output"
             output.write_text("")
-            env = {**self.env, "GITHUB_OUTPUT": str(output),
-                   "PATH": f"{self.python_bin}{os.pathsep}{self.env['PATH']}"}
+            env = {**self.env, "GITHUB_OUTPUT": str(output)}
             env.update({k: resolve(str(v)) for k, v in (step.get("env") or {}).items()})
             assert "${{" not in step["run"], "inputs must reach scripts through env, not interpolation"
             proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]],
                                   cwd=self.workspace, env=env, capture_output=True, text=True, timeout=600)
             log.append(proc.stdout + proc.stderr)
             steps[step.get("id", f"step{number}")] = parse_outputs(output.read_text())
+            if step.get("id") == "install" and not (self.python_bin.parent.parent / "own").is_file():
+                made = self.temp / f"orbench-venv-{platform.python_version()}"
+                (self.python_bin.parent.parent / "own").write_text(str(made.resolve()))
             if proc.returncode != 0:
                 break  # the job fails here; outputs set before the failure still resolve
         outputs = {name: resolve(spec["value"]) for name, spec in self.action["outputs"].items()}
@@ -80,9 +92,10 @@ def parse_outputs(text: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh, empty environment, as setup-python leaves one: the action's install step fills it
-    from the hash-pinned lock (real downloads from PyPI, verified against the committed hashes)."""
-    path = tmp_path_factory.mktemp("action-venv")
+    """A fresh, empty environment, as setup-python leaves one: the action's install step makes its own
+    environment from it and fills that from the hash-pinned lock (real downloads from PyPI, verified
+    against the committed hashes), once for the module (Runner links it into each test's runner.temp)."""
+    path = tmp_path_factory.mktemp("python") / "job"
     subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
     # pip builds the checkout in place: a stale build/ of an older layout must not leak into the install.
     shutil.rmtree(REPO / "build", ignore_errors=True)
@@ -139,13 +152,16 @@ def test_action_fails_a_regressing_pr_passes_the_fix_and_edits_one_comment(
     code, outputs, log = runner.run({**inputs, "comment": "never", "pytest-args": sample + " --orbench-update-baseline"},
                                     github.token)
     assert code == 0 and (workspace / "baseline.json").is_file(), log
-    installed = subprocess.run([str(venv / "python"), "-m", "pip", "freeze"], capture_output=True, text=True).stdout
+    # The job's own Python is left as it was for later steps: the lock went into a virtual environment of its own.
+    assert subprocess.run([str(venv / "python"), "-m", "pip", "freeze"], capture_output=True, text=True).stdout == ""
+    (own,) = temp.glob("orbench-venv-*")
+    installed = subprocess.run([str(own / "bin" / "python"), "-m", "pip", "freeze"], capture_output=True, text=True).stdout
     lock = (REPO / "action" / "requirements.lock").read_text(encoding="utf-8")
     for pin in ("litellm", "pytest", "scipy", "pyyaml"):
         line = next(line for line in installed.splitlines() if line.lower().startswith(pin + "=="))
         assert line.lower() in lock.lower(), line  # exactly the locked version
     # Nothing named `action` was installed: a user's own package of that name stays theirs.
-    site = subprocess.run([str(venv / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+    site = subprocess.run([str(own / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True).stdout.strip()
     assert not (Path(site) / "action").exists()
 
