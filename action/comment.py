@@ -36,11 +36,14 @@ def changed(results: ResultsDocument) -> bool:
     return any(b["newly_refused"] or b["newly_answered"] for b in blocks)
 
 
-def find(comments: list[dict[str, Any]], config_id: str, login: str) -> dict[str, Any] | None:
-    """Ours: carries this configuration's marker and was written by the same account."""
+def find(comments: list[dict[str, Any]], config_id: str, login: str | None) -> dict[str, Any] | None:
+    """Ours: carries this configuration's marker and was written by the same account (`login`), or by a bot
+    account when the token is an installation token (None: a GitHub App's bot is named after the app, which
+    the token cannot look up). Never a person's comment that quotes the marker."""
     tag = marker(config_id)
     for comment in comments:
-        if tag in (comment.get("body") or "") and (comment.get("user") or {}).get("login") == login:
+        user = comment.get("user") or {}
+        if tag in (comment.get("body") or "") and (user.get("login") == login if login else user.get("type") == "Bot"):
             return comment
     return None
 

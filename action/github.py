@@ -14,7 +14,6 @@ from collections.abc import Callable
 from email.message import Message
 from typing import Any
 
-BOT_LOGIN = "github-actions[bot]"  # the author of comments made with the workflow's GITHUB_TOKEN
 ATTEMPTS = 4  # per request, the first included
 MAX_WAIT = 60.0  # seconds, one wait: a rate limit that resets later than this is reported, not waited out
 MAX_TOTAL_WAIT = 120.0  # seconds, all the waits of one request
@@ -143,13 +142,15 @@ class GitHub:
     def _scrub(self, text: str) -> str:
         return text.replace(self._token, "***") if self._token else text
 
-    def viewer_login(self) -> str:
-        """Who comments with this token; GITHUB_TOKEN cannot call /user and is github-actions[bot]."""
+    def viewer_login(self) -> str | None:
+        """Who comments with this token; None for an installation token (the workflow's GITHUB_TOKEN, a GitHub
+        App's), which cannot read /user: its comments are by the app's bot account (github-actions[bot],
+        your-app[bot]), whose name the token cannot look up."""
         try:
             user, _ = self.request("GET", "/user")
             return str(user["login"])
         except (GitHubError, KeyError, TypeError):
-            return BOT_LOGIN
+            return None
 
     def comments(self, number: int) -> list[dict[str, Any]]:
         """Every comment on the issue / PR, following the Link header across pages of 100."""

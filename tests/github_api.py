@@ -33,6 +33,7 @@ class FakeGitHub:
         self.comments: dict[int, dict[str, Any]] = {}
         self.next_id = 1000
         self.read_only = False
+        self.author = "github-actions[bot]"  # who the token comments as (a GitHub App's token: its own bot)
         self.max_body = 65536
         self.requests: list[tuple[str, str, str]] = []  # method, path, body
         self.authorizations: list[str | None] = []
@@ -106,7 +107,8 @@ class FakeGitHub:
 
     def add_comment(self, number: int, body: str, login: str) -> dict[str, Any]:
         self.next_id += 1
-        comment = {"id": self.next_id, "issue": number, "body": body, "user": {"login": login},
+        comment = {"id": self.next_id, "issue": number, "body": body,
+                   "user": {"login": login, "type": "Bot" if login.endswith("[bot]") else "User"},
                    "html_url": f"https://github.com/{self.repository}/pull/{number}#issuecomment-{self.next_id}"}
         self.comments[self.next_id] = comment
         return comment
@@ -144,7 +146,7 @@ class FakeGitHub:
         if match and method == "POST":
             body = self._writable(handler, raw)
             if body is not None:
-                handler._send(201, self.add_comment(int(match.group(1)), body, "github-actions[bot]"))
+                handler._send(201, self.add_comment(int(match.group(1)), body, self.author))
             return
         match = re.fullmatch(rf"/repos/{repo}/issues/comments/(\d+)", parts.path)
         if match and method == "PATCH":

@@ -102,6 +102,21 @@ def test_creates_then_updates_one_comment_across_pages(env: dict[str, str], gith
     assert github.token not in every_output
 
 
+def test_a_github_app_token_edits_its_own_comment_on_the_next_push(env: dict[str, str], github: FakeGitHub) -> None:
+    # github-token from a GitHub App (actions/create-github-app-token): its comments are by acme-gate[bot], and
+    # like GITHUB_TOKEN it cannot read /user. Looking for github-actions[bot]'s comment, every push added one.
+    github.author = "acme-gate[bot]"
+    config_id = from_env(env).config_id
+    quoted = github.add_comment(7, f"as the bot said: {marker(config_id)}", "mallory")
+    write(env, regressed())
+    assert main() == 1
+    write(env, unchanged())
+    assert main() == 0
+    ours = [c for c in github.comments.values() if c["user"]["login"] == "acme-gate[bot]"]
+    assert len(ours) == 1 and "✅ **pass**" in ours[0]["body"] and outputs(env)["comment-url"] == ours[0]["html_url"]
+    assert github.comments[quoted["id"]]["body"].startswith("as the bot said")  # a person's comment is never ours
+
+
 def test_read_only_token_is_a_warning_not_a_failure(env: dict[str, str], github: FakeGitHub, capsys: pytest.CaptureFixture[str]) -> None:
     github.read_only = True
     write(env, unchanged())
