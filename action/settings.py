@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -92,7 +93,25 @@ def check_inputs(env: Mapping[str, str]) -> bool:
         raise ActionSettingsError("input pytest-args sets --orbench-json, which the Action sets itself (its Report step "
                                   "reads the results there, and the results-path output names that file): remove it "
                                   "from pytest-args")
+    _check_checkout(env)
     return _bool("use-conftest", env.get("ORBENCH_USE_CONFTEST", "false"))
+
+
+def _check_checkout(env: Mapping[str, str]) -> None:
+    """On pull_request_target, GITHUB_SHA (what actions/checkout checks out by default) is the base branch:
+    the run would test the base branch's prompts and post the verdict on the pull request as its own."""
+    sha = env.get("GITHUB_SHA", "").strip()
+    if env.get("GITHUB_EVENT_NAME") != "pull_request_target" or not sha:
+        return
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return  # no git: nothing to tell the checkout by
+    if head.returncode == 0 and head.stdout.strip() == sha:
+        raise ActionSettingsError(
+            "on pull_request_target the checkout is the base branch (GITHUB_SHA), not the pull request, so this run "
+            "would test the base branch's prompts and report them as the pull request's: run the gate on pull_request "
+            "(a fork's pull request: see Fork PRs in docs/action.md)")
 
 
 def _fails(env: Mapping[str, str]) -> bool:

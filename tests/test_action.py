@@ -460,3 +460,21 @@ def test_pytest_args_that_move_the_results_file_are_an_input_error_before_any_ca
     with pytest.raises(ActionSettingsError, match="pytest-args sets --orbench-json, which the Action sets itself.*remove it"):
         check_inputs({"ORBENCH_PYTEST_ARGS": args})
     assert check_inputs({"ORBENCH_PYTEST_ARGS": "--orbench-sample=30 --orbench-json-indent=2"}) is False
+
+
+def test_pull_request_target_on_the_base_branch_checkout_stops_before_any_call(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from action.settings import ActionSettingsError, check_inputs
+
+    # pull_request_target checks out the base branch: a verdict from its prompts was posted as the PR's.
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "--allow-empty",
+                    "-m", "base"], cwd=tmp_path, check=True)
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+    monkeypatch.chdir(tmp_path)
+    env = {"GITHUB_EVENT_NAME": "pull_request_target", "GITHUB_SHA": sha}
+    with pytest.raises(ActionSettingsError, match="on pull_request_target the checkout is the base branch.*run the gate "
+                                                  "on pull_request"):
+        check_inputs(env)
+    assert check_inputs({**env, "GITHUB_SHA": "0" * 40}) is False  # the pull request's head was checked out
+    assert check_inputs({**env, "GITHUB_EVENT_NAME": "pull_request"}) is False
