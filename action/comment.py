@@ -88,6 +88,9 @@ def upsert(github: GitHub, number: int, results: ResultsDocument | None, config_
             comment = github.create_comment(number, body, lambda comments: find(comments, config_id, login))
             return "created", comment.get("html_url")
         except GitHubError as exc:
+            if exc.status == 404 and existing is not None:
+                existing, shared = None, False  # deleted since it was listed (by a person, or a re-run): post anew
+                continue
             # 422: the body was still too long for GitHub (it counts differently); shorten by
             # dropping list items again, down to a floor, never by cutting Markdown.
             if exc.status != 422 or limit < 4000:

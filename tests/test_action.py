@@ -314,6 +314,18 @@ def test_a_server_error_is_retried_and_the_comment_still_updated(env: dict[str, 
     assert "PR comment updated" in stdout and "::warning" not in stdout
 
 
+def test_a_comment_deleted_while_the_job_ran_is_posted_again(env: dict[str, str], github: FakeGitHub,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    write(env, regressed())
+    assert main() == 1
+    github.fail_next(1, 404, {"message": "Not Found"}, method="PATCH")  # deleted between the listing and the edit
+    write(env, unchanged())
+    assert main(github_factory=client([])) == 0
+    assert methods(github).count("POST") == 2 and outputs(env)["comment-url"]
+    assert "✅ **pass**" in github.comments[max(github.comments)]["body"]
+    assert "PR comment created" in capsys.readouterr().out
+
+
 def test_bad_gateway_pages_are_retried_and_one_comment_created(env: dict[str, str], github: FakeGitHub,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     github.fail_next(2, 502, HTML_502, method="POST")
