@@ -3,6 +3,9 @@ would substitute, against the simulator and a loopback GitHub API; a failing PR,
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import platform
@@ -10,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +25,7 @@ from pytest_orbench.judge import KeywordJudge
 from tests.conftest import REPO, stats
 from tests.github_api import FakeGitHub
 
+INSTALL_LOCK = Path(tempfile.gettempdir()) / f"orbench-action-install-{hashlib.sha256(bytes(REPO)).hexdigest()[:12]}.lock"
 EXPRESSION = re.compile(r"\$\{\{\s*(.+?)\s*\}\}")
 
 
@@ -68,8 +73,14 @@ class Runner:
             env = {**self.env, "GITHUB_OUTPUT": str(output)}
             env.update({k: resolve(str(v)) for k, v in (step.get("env") or {}).items()})
             assert "${{" not in step["run"], "inputs must reach scripts through env, not interpolation"
-            proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]],
-                                  cwd=self.workspace, env=env, capture_output=True, text=True, timeout=600)
+            with contextlib.ExitStack() as stack:
+                if step.get("id") == "install":
+                    # pip builds this checkout in place (build/, *.egg-info): two xdist workers installing at
+                    # once would collide there, as two jobs on one runner never do.
+                    lock = stack.enter_context(INSTALL_LOCK.open("w"))
+                    fcntl.flock(lock, fcntl.LOCK_EX)
+                proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]],
+                                      cwd=self.workspace, env=env, capture_output=True, text=True, timeout=600)
             log.append(proc.stdout + proc.stderr)
             steps[step.get("id", f"step{number}")] = parse_outputs(output.read_text())
             if step.get("id") == "install" and not (self.python_bin.parent.parent / "own").is_file():
@@ -97,8 +108,11 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     against the committed hashes), once for the module (Runner links it into each test's runner.temp)."""
     path = tmp_path_factory.mktemp("python") / "job"
     subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
-    # pip builds the checkout in place: a stale build/ of an older layout must not leak into the install.
-    shutil.rmtree(REPO / "build", ignore_errors=True)
+    # pip builds the checkout in place: a stale build/ of an older layout must not leak into the install
+    # (removed under the install lock: another worker may be building there).
+    with INSTALL_LOCK.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        shutil.rmtree(REPO / "build", ignore_errors=True)
     return path / "bin"
 
 
