@@ -332,7 +332,7 @@ def test_markdown_shows_the_warnings_that_qualify_a_pass_outside_the_folded_chec
     assert "**pass**" in shown and "**Warnings:**" in shown
     assert "- ⚠️ hard-1k: 20 of this run's 60 prompts are not in the baseline and were not compared" in shown
     assert "- ⚠️ hard-1k: this sample of 40 paired prompts can only detect" in shown
-    assert "⚠️" not in folded and "✅ hard-1k regression (more refusals)" in folded
+    assert "⚠️" not in folded and "✅ hard-1k regression \\(more refusals\\)" in folded  # escaped: untrusted names
 
 
 def test_markdown_escapes_untrusted_text_and_withholds_toxic() -> None:
