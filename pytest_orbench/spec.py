@@ -100,7 +100,26 @@ class ModelSpec:
 
     def key(self, **request: Any) -> str:
         """Store key of one request to this model: everything that determines the reply, no secrets."""
-        return response_key({"model": self.model, "api_base": redact_url(self.api_base), "params": self.params, **request})
+        fields = {"model": self.model, "api_base": redact_url(self.api_base), "params": self.params, **request}
+        written = literal_header_values(self.call_kwargs)
+        if written:  # only then: the keys of settings without such headers stay as they were
+            fields["header_values"] = written
+        return response_key(fields)
+
+
+def literal_header_values(kwargs: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """Header values written into the settings themselves, by header set. They can decide the reply (a
+    routing header such as `X-Model-Version: v2`), so they are hashed into the store key; they are never
+    secrets (a literal credential is refused). Values read with `{env: VAR}` are not: a rotated gateway
+    token must not ask every prompt again."""
+    found: dict[str, dict[str, str]] = {}
+    for name in HEADER_KEYS:
+        headers = kwargs.get(name)
+        if isinstance(headers, dict):
+            written = {str(k): str(v) for k, v in sorted(headers.items()) if v is not None and not is_env_ref(v)}
+            if written:
+                found[name] = written
+    return found
 
 
 def import_object(module_name: str, attr: str) -> Any:

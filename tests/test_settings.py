@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from typing import Any
@@ -186,6 +187,7 @@ def test_literal_credentials_anywhere_in_kwargs_are_found(kwargs: dict[str, Any]
 
 def test_env_references_and_plain_headers_are_not_secrets_and_never_public() -> None:
     from pytest_orbench.spec import ModelSpec, literal_secrets, public_kwargs
+    from pytest_orbench.store import response_key
 
     kwargs = {"extra_headers": {"Authorization": {"env": "GATEWAY_TOKEN"}, "X-Team": "search"}, "top_p": 0.5}
     assert literal_secrets(kwargs, "litellm_kwargs") == []
@@ -200,11 +202,19 @@ def test_env_references_and_plain_headers_are_not_secrets_and_never_public() -> 
         del os.environ["GATEWAY_TOKEN"]
     assert sent["extra_headers"] == {"Authorization": "tok-123456", "X-Team": "search"} and sent["top_p"] == 0.5
     assert "tok-123456" not in repr(spec)
-    # Header values are not part of the key (never stored, even hashed); their names are.
-    other = {**kwargs, "extra_headers": {"Authorization": {"env": "OTHER"}, "X-Team": "billing"}}
-    assert ModelSpec("openai/m", params=public_kwargs(other), call_kwargs=other).key(prompt="p") == spec.key(prompt="p")
+    # Values read from the environment are not part of the key (a rotated token asks nothing again); values
+    # written in the settings are, hashed (a routing header can change the reply); names always are.
+    rotated = {**kwargs, "extra_headers": {"Authorization": {"env": "OTHER"}, "X-Team": "search"}}
+    assert ModelSpec("openai/m", params=public_kwargs(rotated), call_kwargs=rotated).key(prompt="p") == spec.key(prompt="p")
+    routed = {**kwargs, "extra_headers": {"Authorization": {"env": "GATEWAY_TOKEN"}, "X-Team": "billing"}}
+    assert ModelSpec("openai/m", params=public_kwargs(routed), call_kwargs=routed).key(prompt="p") != spec.key(prompt="p")
+    assert "billing" not in json.dumps(public_kwargs(routed))  # hashed into the key, never stored or shown
     renamed = {**kwargs, "extra_headers": {"X-Other": "search"}}
     assert ModelSpec("openai/m", params=public_kwargs(renamed)).key(prompt="p") != spec.key(prompt="p")
+    # Settings without written header values keep the keys they had (no store is emptied by this).
+    plain = ModelSpec("openai/m", params={"top_p": 0.5})
+    assert plain.key(prompt="p") == response_key({"model": "openai/m", "api_base": None, "params": {"top_p": 0.5},
+                                                  "prompt": "p"})
 
 
 @pytest.mark.parametrize(("args", "message"), [
