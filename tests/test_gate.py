@@ -686,3 +686,14 @@ def test_a_live_base_error_quoting_a_toxic_prompt_is_withheld_from_the_gate_and_
     rendered = cmarkgfm.github_flavored_markdown_to_html(render_markdown(results))
     assert "[click]" in rendered and "<a " not in rendered and "<img" not in rendered and "<strong>bold" not in rendered
     assert "<b>" not in rendered
+
+
+def test_junit_shows_invisible_characters_of_untrusted_check_text_instead_of_obeying_them() -> None:
+    from pytest_orbench.outputs import junit_xml
+
+    results = make_results({"hard-1k": [False] * 4})
+    results["gate"] = {"checks": [{"name": "hard-1k live base error budget", "dataset": "hard-1k", "outcome": "inconclusive",
+                                   "message": "most common error: 'evil\u202etxt.exe' \x1b[31mred\x1b[0m"}]}
+    xml = junit_xml(results)
+    assert "\u202e" not in xml and "\x1b" not in xml
+    assert "evil[U+202E]txt.exe" in xml and "[U+001B][31mred" in xml
