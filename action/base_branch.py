@@ -59,6 +59,7 @@ def show(ref: str, path: str) -> str | None:
     read (outside the repository) raises, so it is never mistaken for a base without the file."""
     if Path(path).is_absolute():
         path = os.path.relpath(path)  # git reads `ref:./x` relative to the working directory only
+    path = path.replace(os.sep, "/")  # and with / only: on Windows relpath gives prompts\bot.txt
     proc = _git("show", f"{ref}:./{path}")
     if proc.returncode == 0:
         return proc.stdout

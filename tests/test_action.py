@@ -490,3 +490,20 @@ def test_pull_request_target_on_the_base_branch_checkout_stops_before_any_call(t
         check_inputs(env)
     assert check_inputs({**env, "GITHUB_SHA": "0" * 40}) is False  # the pull request's head was checked out
     assert check_inputs({**env, "GITHUB_EVENT_NAME": "pull_request"}) is False
+
+
+def test_the_base_branch_file_is_asked_of_git_with_forward_slashes_whatever_the_os(monkeypatch: pytest.MonkeyPatch) -> None:
+    # On a Windows runner os.path.relpath answers prompts\bot.txt, which `git show ref:./prompts\bot.txt`
+    # does not find: the base branch would have been read as having no system prompt.
+    from action import base_branch
+
+    asked: list[str] = []
+
+    def git(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        asked.append(args[-1])
+        return subprocess.CompletedProcess(["git", *args], 0, "base prompt", "")
+
+    monkeypatch.setattr(base_branch, "_git", git)
+    monkeypatch.setattr(base_branch.os, "sep", "\\")
+    assert base_branch.show("abc123", "prompts\\bot.txt") == "base prompt"
+    assert asked == ["abc123:./prompts/bot.txt"]
