@@ -57,14 +57,19 @@ def prompt_diff_stat(path: str | None, base_ref: str | None) -> dict[str, str] |
     """`git diff --numstat` of the system-prompt file against the PR's base branch, when git can tell."""
     if not path or not base_ref or split(path)[1] is not None:
         return None  # a prompt under a key of a larger file: the file's line counts are not the prompt's
-    try:
-        proc = subprocess.run(["git", "diff", "--numstat", f"origin/{base_ref}...HEAD", "--", path],
-                              capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
+    # Since the merge base; a shallow checkout (actions/checkout's default fetch-depth: 1) has none, and
+    # there HEAD is the merge commit GitHub made on the base branch: the plain diff is the PR's change.
+    for commits in (f"origin/{base_ref}...HEAD", f"origin/{base_ref}"):
+        try:
+            proc = subprocess.run(["git", "diff", "--numstat", commits, "--", path],
+                                  capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if proc.returncode == 0:
+            break
     fields = proc.stdout.split()
     if proc.returncode != 0 or len(fields) < 2:
-        return None  # no base history (checkout with fetch-depth: 1) or no change
+        return None  # the base branch is not fetched, or the file did not change
     return {"what": f"system prompt file {path}", "baseline": f"origin/{base_ref}", "current": f"+{fields[0]} -{fields[1]} lines"}
 
 

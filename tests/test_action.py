@@ -210,8 +210,9 @@ def test_untrusted_text_cannot_break_the_comment(env: dict[str, str], github: Fa
     assert body.count("<!--") == 2 and body.startswith("<!-- pytest-orbench comment: ")  # only our two markers
 
 
+@pytest.mark.parametrize("shallow", [False, True], ids=["full-history", "shallow-checkout"])
 def test_system_prompt_diff_stat_against_the_base_branch(env: dict[str, str], github: FakeGitHub, tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+                                                         monkeypatch: pytest.MonkeyPatch, shallow: bool) -> None:
     repo = tmp_path / "checkout"
     repo.mkdir()
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
@@ -226,6 +227,14 @@ def test_system_prompt_diff_stat_against_the_base_branch(env: dict[str, str], gi
     run("update-ref", "refs/remotes/origin/main", "HEAD")
     (repo / "system.txt").write_text("Be kind.\nBe careful.\nRefuse harm.\n", encoding="utf-8")
     run("commit", "-qam", "stricter")
+    if shallow:
+        # actions/checkout's default: the PR's head alone (fetch-depth: 1), then the base branch's tip fetched
+        # at depth 1 (as compare-with: base-branch does): no merge base between them.
+        pull = tmp_path / "shallow"
+        __import__("subprocess").run([*git, "clone", "-q", "--depth", "1", f"file://{repo}", str(pull)], check=True)
+        __import__("subprocess").run([*git, "fetch", "-q", "--depth", "1", "origin",
+                                      "+refs/remotes/origin/main:refs/remotes/origin/main"], cwd=pull, check=True)
+        repo = pull
     monkeypatch.chdir(repo)
     monkeypatch.setenv("GITHUB_BASE_REF", "main")
     monkeypatch.setenv("ORBENCH_SYSTEM_PROMPT_FILE", "system.txt")
