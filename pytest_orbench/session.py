@@ -36,7 +36,7 @@ from pytest_orbench.records import BaselineDocument, BaseRecord, Combined, Costs
 from pytest_orbench.report import header_line
 from pytest_orbench.results import RunResults, dry_run
 from pytest_orbench.settings import Settings
-from pytest_orbench.spec import calls_go_to, redact_url
+from pytest_orbench.spec import calls_go_to, kwargs_endpoint, redact_url
 from pytest_orbench.store import StoreError, response_key
 
 CACHED_JUDGES = ("keyword", "prefix")  # deterministic, versioned: their verdicts on a reply are stored
@@ -152,7 +152,7 @@ class OrbenchPlugin:
         return {"endpoint": s.endpoint, "model": s.model, "target": s.target, "api_base": redact_url(s.api_base),
                 "params": s.params, "system_prompt_sha256": s.system_prompt_sha256,
                 "system_prompt_source": s.system_prompt_source,
-                "calls_to": calls_go_to(s.model, s.api_base, s.target)}
+                "calls_to": calls_go_to(s.model, s.api_base or kwargs_endpoint(s.litellm_kwargs), s.target)}
 
     def _base_meta(self) -> dict[str, Any]:
         """The live base in the run's metadata: what it is, and what differs from the configuration tested."""

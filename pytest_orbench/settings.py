@@ -24,10 +24,12 @@ from pytest_orbench.markdown import MIN_MARKDOWN_CHARS
 from pytest_orbench.options import BY_KEY, MAX_TRIALS, OPTIONS, Option, parse_age
 from pytest_orbench.prompt_file import PromptFileError, extract, split
 from pytest_orbench.spec import (
+    ENDPOINT_KWARGS,
     TARGET_PARAMETERS,
     LoadError,
     ModelSpec,
     calls_go_to,
+    kwargs_endpoint,
     load_callable,
     provider_of,
     public_kwargs,
@@ -568,8 +570,11 @@ def _base(values: dict[str, Any], bases: dict[str, Path], head: Settings) -> Set
                         "with a model")
         return replace(head, system_prompt=system_prompt, system_prompt_source=source, base=None)
     same_model = model == head.model
-    base_to, head_to = calls_go_to(model, None), calls_go_to(head.model, head.api_base)
+    # The base's own litellm_kwargs may name its endpoint (api_base= / base_url=): that is an api_base of its own.
+    own_kwargs = block.get("litellm_kwargs") or {}
+    base_to, head_to = calls_go_to(model, kwargs_endpoint(own_kwargs)), calls_go_to(head.model, head.api_base)
     if (not same_model and head.api_base and "api_base" not in block and head.model is not None
+            and not any(name in own_kwargs for name in ENDPOINT_KWARGS)
             and provider_of(model) == provider_of(head.model) and base_to.split(" (from ")[0] != head_to):
         # The run is asked at its api_base (a local server, a gateway), the base would be asked elsewhere:
         # a base served beside the head then fails (or is paid for at the provider) for a reason no gate

@@ -189,6 +189,22 @@ def provider_of(model: str) -> str:
     return ""
 
 
+ENDPOINT_KWARGS = ("api_base", "base_url")  # litellm.acompletion's names for the endpoint, among litellm_kwargs
+
+
+def kwargs_endpoint(kwargs: Mapping[str, Any] | None, env: Mapping[str, str] | None = None) -> str | None:
+    """The endpoint litellm_kwargs set (`api_base` or `base_url`, written or `{env: VAR}`); None when they set none.
+    The client's `api_base=` overrides it (client.LiteLLMCaller.complete)."""
+    env = os.environ if env is None else env
+    for name in ENDPOINT_KWARGS:
+        value: Any = (kwargs or {}).get(name)
+        if is_env_ref(value):
+            value = env.get(value["env"])
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
 def calls_go_to(model: str | None, api_base: str | None, target: str | None = None,
                 env: Mapping[str, str] | None = None) -> str:
     """Where a configuration's calls go, for people: the host (and port) of its api_base; without one,

@@ -302,3 +302,21 @@ def test_a_live_base_sent_elsewhere_than_the_run_is_refused_unless_said(pytester
     (pytester.path / "orbench.yaml").unlink()
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-not-a-real-key")
     assert pytester.runpytest(*head, "--orbench-base-model=anthropic/claude-x").ret == pytest.ExitCode.OK
+
+
+def test_a_live_base_whose_endpoint_is_in_its_litellm_kwargs_is_not_refused(pytester: pytest.Pytester,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # litellm.acompletion takes the endpoint as api_base= or base_url= among the kwargs: a base that names its own
+    # there is not sent to the provider, and the header says where its calls go.
+    for var in ("OPENAI_BASE_URL", "OPENAI_API_BASE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("BASE_GATEWAY", "http://10.0.0.7:9000/v1")
+    head = ["--orbench", "--orbench-model=openai/new", "--orbench-api-base=http://127.0.0.1:8000/v1",
+            "--orbench-datasets=toxic", "--orbench-sample=2", "--orbench-seed=1", "--collect-only", "-p", "no:cacheprovider"]
+    for kwargs, where in (("{api_base: 'http://127.0.0.1:8001/v1'}", "127.0.0.1:8001"),
+                          ("{base_url: {env: BASE_GATEWAY}}", "10.0.0.7:9000")):
+        (pytester.path / "orbench.yaml").write_text(f"base: {{model: openai/old, litellm_kwargs: {kwargs}}}\n",
+                                                    encoding="utf-8")
+        result = pytester.runpytest(*head)
+        assert result.ret == pytest.ExitCode.OK, result.stdout.str() + result.stderr.str()
+        result.stdout.fnmatch_lines([f"*| calls to 127.0.0.1:8000 (run), {where} (live base) |*"])
