@@ -140,7 +140,9 @@ def _errors(results: ResultsDocument) -> list[str]:
     total = len(results["prompts"])
     lines = []
     errored, reasons = error_reasons(results)
-    base_errored = sum(1 for p in results["prompts"] if isinstance(p.get("base"), dict)
+    # Only when the gate compared with the live base (not `orbench compare` of such a run against a file).
+    live = results["run"].get("compared_with") == "live base"
+    base_errored = sum(1 for p in results["prompts"] if live and isinstance(p.get("base"), dict)
                        and p["base"].get("verdict") == "error" and p["base"].get("error_from", "endpoint") == "endpoint")
     base = f"; under the live base, no reply for {base_errored} prompts" if base_errored else ""
     if errored:

@@ -183,3 +183,5 @@ def test_compare_of_a_live_base_run_compares_with_the_baseline_file_given(tmp_pa
     assert [c["name"] for c in compared["gate"]["checks"]] == ["hard-1k error budget", "hard-1k regression (more refusals)"]
     markdown = (tmp_path / "c.md").read_text(encoding="utf-8")
     assert "**Compared with** the baseline file. **What changed:**" in markdown and "drift" not in markdown
+    # The live base's failed calls are that run's business, not this comparison's.
+    assert "live base" not in markdown
