@@ -76,9 +76,10 @@ def upsert(github: GitHub, number: int, results: ResultsDocument | None, config_
     if existing is None and mode == "on-change" and results is not None and not changed(results):
         return "skipped", None
     shared = shared_with_sibling(existing, run, use)
-    tail = (f"\n{SHARED}\n" if shared else "") + (f"\n{use_marker(run, use)}\n" if run else "")
     limit = GITHUB_LIMIT
     while True:
+        # (each time: an edit that finds the comment deleted posts this use's own, without the shared note)
+        tail = (f"\n{SHARED}\n" if shared else "") + (f"\n{use_marker(run, use)}\n" if run else "")
         body = (build_body(results, config_id, limit - len(tail)) if results is not None
                 else notice_body(config_id, notice)) + tail
         try:

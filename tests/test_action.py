@@ -516,3 +516,21 @@ def test_the_base_branch_file_is_asked_of_git_with_forward_slashes_whatever_the_
     monkeypatch.setattr(base_branch.os, "sep", "\\")
     assert base_branch.show("abc123", "prompts\\bot.txt") == "base prompt"
     assert asked == ["abc123:./prompts/bot.txt"]
+
+
+def test_a_sibling_comment_deleted_before_the_edit_is_posted_anew_without_the_shared_note(
+        env: dict[str, str], github: FakeGitHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A matrix sibling of this run wrote the comment, then it was deleted before this use's edit (404): the new
+    # comment is this use's alone, so it does not say another job of the run wrote it too.
+    monkeypatch.setenv("GITHUB_RUN_ID", "9001")
+    monkeypatch.setenv("GITHUB_RUN_ATTEMPT", "1")
+    for entry, results in (("model-a", regressed()), ("model-b", unchanged())):
+        work = tmp_path / f"orbench-{entry}"
+        work.mkdir()
+        monkeypatch.setenv("ORBENCH_RESULTS_PATH", str(work / "orbench-results.json"))
+        (work / "orbench-results.json").write_text(json.dumps(results), encoding="utf-8")
+        if entry == "model-b":
+            github.fail_next(1, 404, {"message": "Not Found"}, method="PATCH")
+        main(github_factory=client([]))
+    posted = github.comments[max(github.comments)]
+    assert "✅ **pass**" in posted["body"] and "comment-key" not in posted["body"]
