@@ -92,7 +92,8 @@ def _python(text: str, path: str, name: str) -> Any:
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
             value = node.value
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+        elif (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name
+              and node.value is not None):  # a bare `NAME: str` declares a type and leaves the value as it was
             value = node.value
     if value is None:
         raise KeyAbsent(f"{path} assigns no {name!r} at module level")

@@ -75,3 +75,10 @@ def test_a_python_module_is_read_not_run() -> None:
     # A pull request's module that would act when imported: reading its prompt runs none of it.
     text = 'raise SystemExit("ran")\nimport os\nos.environ["PWNED"] = "1"\nSYSTEM_PROMPT = "Be kind."\n'
     assert extract(text, "prompts.py", "SYSTEM_PROMPT") == "Be kind."
+
+
+def test_a_bare_annotation_does_not_unset_the_prompt() -> None:
+    # `SYSTEM_PROMPT: str` after the assignment declares a type and leaves the value as it was (on a base
+    # branch, "assigns no 'SYSTEM_PROMPT'" read as "the base has no system prompt").
+    assert extract('SYSTEM_PROMPT = "Be kind."\nSYSTEM_PROMPT: str\n', "prompts.py", "SYSTEM_PROMPT") == "Be kind."
+
