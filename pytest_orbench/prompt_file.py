@@ -99,7 +99,7 @@ def _python(text: str, path: str, name: str) -> Any:
         raise KeyAbsent(f"{path} assigns no {name!r} at module level")
     try:
         return ast.literal_eval(value)
-    except ValueError:
+    except (ValueError, TypeError):  # TypeError: a literal that cannot be built, such as a list as a dict key
         raise PromptFileError(
             f"{path}: {name} is computed when the module runs (line {value.lineno}), and the module is read, not run: "
             "keep the prompt in a string literal (adjacent literals and triple quotes are fine) or in a text file"

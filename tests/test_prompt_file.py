@@ -82,3 +82,9 @@ def test_a_bare_annotation_does_not_unset_the_prompt() -> None:
     # branch, "assigns no 'SYSTEM_PROMPT'" read as "the base has no system prompt").
     assert extract('SYSTEM_PROMPT = "Be kind."\nSYSTEM_PROMPT: str\n', "prompts.py", "SYSTEM_PROMPT") == "Be kind."
 
+
+@pytest.mark.parametrize("value", ['{["a"]: "Be kind."}', '{{"a"}: "x"}'])
+def test_a_literal_python_cannot_build_is_a_prompt_file_error(value: str) -> None:
+    # ast.literal_eval raises TypeError (an unhashable key) for these: once a traceback instead of a usage error.
+    with pytest.raises(PromptFileError, match="prompts.py: PROMPTS is computed when the module runs"):
+        extract(f"PROMPTS = {value}\n", "prompts.py", "PROMPTS.a")
