@@ -449,11 +449,10 @@ def test_an_endpoint_that_answers_nothing_is_named_not_compared_as_zero(
     assert "sk-test-not-a-real-key" not in body + stdout + Path(env["GITHUB_STEP_SUMMARY"]).read_text(encoding="utf-8")
 
 
-def test_matrix_jobs_without_comment_key_are_told_they_share_one_comment(
-        env: dict[str, str], github: FakeGitHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    # Two matrix entries (same workflow and job name, no comment-key) in one workflow run, each with its
-    # own work dir as action.yml makes one per use: the second would silently replace the first's verdict.
+def run_two_matrix_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                           before_second: Callable[[], None] = lambda: None) -> None:
+    """Two matrix entries (same workflow and job name, no comment-key) in one workflow run, each with its own
+    work dir as action.yml makes one per use; the first regressed, the second passes."""
     monkeypatch.setenv("GITHUB_RUN_ID", "9001")
     monkeypatch.setenv("GITHUB_RUN_ATTEMPT", "1")
     for entry, results in (("model-a", regressed()), ("model-b", unchanged())):
@@ -461,7 +460,17 @@ def test_matrix_jobs_without_comment_key_are_told_they_share_one_comment(
         work.mkdir()
         monkeypatch.setenv("ORBENCH_RESULTS_PATH", str(work / "orbench-results.json"))
         (work / "orbench-results.json").write_text(json.dumps(results), encoding="utf-8")
-        main()
+        if entry == "model-b":
+            before_second()
+        main(github_factory=client([]))
+
+
+def test_matrix_jobs_without_comment_key_are_told_they_share_one_comment(
+        env: dict[str, str], github: FakeGitHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # Two matrix entries (same workflow and job name, no comment-key) in one workflow run, each with its
+    # own work dir as action.yml makes one per use: the second would silently replace the first's verdict.
+    run_two_matrix_entries(tmp_path, monkeypatch)
     (comment,) = github.comments.values()
     assert "✅ **pass**" in comment["body"] and "Give each its own comment with the `comment-key` input" in comment["body"]
     assert ("::warning title=pytest-orbench::another job or step of this workflow run had written this PR comment"
@@ -522,15 +531,7 @@ def test_a_sibling_comment_deleted_before_the_edit_is_posted_anew_without_the_sh
         env: dict[str, str], github: FakeGitHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A matrix sibling of this run wrote the comment, then it was deleted before this use's edit (404): the new
     # comment is this use's alone, so it does not say another job of the run wrote it too.
-    monkeypatch.setenv("GITHUB_RUN_ID", "9001")
-    monkeypatch.setenv("GITHUB_RUN_ATTEMPT", "1")
-    for entry, results in (("model-a", regressed()), ("model-b", unchanged())):
-        work = tmp_path / f"orbench-{entry}"
-        work.mkdir()
-        monkeypatch.setenv("ORBENCH_RESULTS_PATH", str(work / "orbench-results.json"))
-        (work / "orbench-results.json").write_text(json.dumps(results), encoding="utf-8")
-        if entry == "model-b":
-            github.fail_next(1, 404, {"message": "Not Found"}, method="PATCH")
-        main(github_factory=client([]))
+    run_two_matrix_entries(tmp_path, monkeypatch,
+                           before_second=lambda: github.fail_next(1, 404, {"message": "Not Found"}, method="PATCH"))
     posted = github.comments[max(github.comments)]
     assert "✅ **pass**" in posted["body"] and "comment-key" not in posted["body"]
