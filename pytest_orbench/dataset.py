@@ -8,6 +8,7 @@ import io
 import json
 import os
 import random
+import re
 import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -393,7 +394,16 @@ def load_custom(spec: DatasetSpec) -> Dataset:
                 f"{spec.path} row {number}: no expected behaviour. Add an `expected` column "
                 "(answer/refuse), or declare it: `--orbench-datasets FILE:answer` or `expect: answer` in orbench.yaml"
             )
-    has_ids = all(row.get(spec.id_column, "").strip() for row in rows)
+    with_id = [bool(row.get(spec.id_column, "").strip()) for row in rows]
+    has_ids = all(with_id)
+    if any(with_id) and not has_ids:
+        # Falling back to row numbers for every row would silently rename every prompt (a baseline then
+        # pairs nothing) because one row lacks an id.
+        missing = [str(n) for n, given in enumerate(with_id, 1) if not given]
+        shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
+        raise DatasetError(f"{spec.path}: row{'s' if len(missing) > 1 else ''} {shown} ha{'ve' if len(missing) > 1 else 's'} "
+                           f"no {spec.id_column!r} while the other rows have one; give every row an id (or none: "
+                           "prompts are then numbered by row)")
     raw_ids = [row[spec.id_column].strip() for row in rows] if has_ids else [str(i) for i in range(1, len(rows) + 1)]
     ids = _local_ids(raw_ids)
     rows_of: dict[str, list[int]] = defaultdict(list)
@@ -406,15 +416,35 @@ def load_custom(spec: DatasetSpec) -> Dataset:
         more = f"; and {len(duplicates) - 5} more" if len(duplicates) > 5 else ""
         raise DatasetError(f"{spec.path}: the {spec.id_column!r} column has duplicate ids: {shown}{more}; "
                            "give each prompt its own id")
-    prompts = []
-    for lid, expected, row in zip(ids, expectations, rows):
-        text = row.get(spec.prompt_column, "")
+    prompts: list[Prompt] = []
+    named: dict[str, int] = {}  # test name -> its first row
+    for number, (lid, expected, row) in enumerate(zip(ids, expectations, rows), 1):
+        if spec.prompt_column not in row:  # a JSONL line without the key
+            raise DatasetError(f"{spec.path} row {number}: no {spec.prompt_column!r} (its keys: {', '.join(row) or 'none'}); "
+                               f"every row needs the prompt under {spec.prompt_column!r}")
+        text = row[spec.prompt_column]
         if not text.strip():
-            raise DatasetError(f"{spec.path}: prompt {lid} is empty")
+            raise DatasetError(f"{spec.path} row {number} (id {lid!r}): the prompt is empty or only whitespace; "
+                               "write the prompt, or delete the row")
         category = (row.get(spec.category_column) or "uncategorized").strip()
-        prompts.append(Prompt(f"{spec.name}-{lid}", spec.name, category, text, expected, lid))
+        prompt = Prompt(f"{spec.name}-{lid}", spec.name, category, text, expected, lid)
+        first = named.setdefault(test_name(prompt), number)
+        if first != number:
+            # One node id for two prompts: the second test would be given the first one's reply and verdict.
+            other = prompts[first - 1]
+            raise DatasetError(
+                f"{spec.path}: rows {first} (id {other.local_id!r}, category {other.category!r}) and {number} (id {lid!r}, "
+                f"category {category!r}) make the same test id orbench/{spec.name}::{test_name(prompt)} (category and "
+                "id, with characters other than letters, digits, '.', '+' and '-' made '_'); change one of the ids")
+        prompts.append(prompt)
     source = {"file": str(spec.path), "sha256": sha256_file(spec.path), "repo": "", "revision": ""}
     return Dataset(spec.name, tuple(prompts), source, total=len(prompts))
+
+
+def test_name(prompt: Prompt) -> str:
+    """The prompt test's name under its dataset's node (`orbench/<dataset>::<name>`): category and id, with
+    any run of characters other than word characters, '.', '+' and '-' made '_'."""
+    return re.sub(r"[^\w.+-]+", "_", f"{prompt.category}-{prompt.local_id}")
 
 
 def load_dataset(spec: DatasetSpec, data_dir: Path | None, cache_dir: Path) -> Dataset:

@@ -7,14 +7,13 @@ verdict into pass / xfail / fail / skip.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pytest
 
 from pytest_orbench.coordinator import Request
-from pytest_orbench.dataset import Prompt
+from pytest_orbench.dataset import Prompt, test_name
 from pytest_orbench.fetcher import Outcome
 from pytest_orbench.judge import Verdict
 from pytest_orbench.records import PromptRecord, report_property
@@ -117,7 +116,7 @@ class PromptItem(pytest.Item):
 
 
 def item_name(prompt: Prompt) -> str:
-    return re.sub(r"[^\w.+-]+", "_", f"{prompt.category}-{prompt.local_id}")
+    return test_name(prompt)  # checked unique within a custom file when it is read
 
 
 @dataclass(frozen=True)

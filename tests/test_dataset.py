@@ -210,7 +210,13 @@ def test_custom_csv_and_jsonl(tmp_path: Path) -> None:
     ("id,prompt,expected\n1,a,answer\n1,b,answer\n2,c,answer\n", "duplicate ids: '1' in rows 1, 2; give each"),
     ("id,prompt,expected\n1,a,answer\n01,b,answer\n2,c,answer\n2,d,answer\n",
      "duplicate ids: '1' and '01' in rows 1, 2; '2' in rows 3, 4;"),
-    ("prompt,expected\n ,answer\n", "is empty"),
+    ("prompt,expected\n ,answer\n", r"bad.csv row 1 \(id '1'\): the prompt is empty or only whitespace; write"),
+    # One row without an id used to renumber every prompt by row, silently renaming them all.
+    ("id,prompt,expected\nq1,a,answer\n,b,answer\nq3,c,answer\n", "row 2 has no 'id' while the other rows have one"),
+    # Two ids that become one test name used to share one node id, and the second prompt got the first's verdict.
+    ("id,prompt,category,expected\nq 1,a,x,answer\nq_1,b,x,answer\n",
+     r"rows 1 \(id 'q 1', category 'x'\) and 2 \(id 'q_1', category 'x'\) make the same test id orbench/bad::x-q_1"),
+    ("id,prompt,category,expected\nb-1,a,a,answer\n1,b,a-b,answer\n", "make the same test id orbench/bad::a-b-1"),
     # One open quote used to swallow every later row into one prompt.
     ('prompt,category\n"unterminated,a\nfoo,b\nbar,c\n', "bad.csv:2: a quoted field starting on this line is never closed"),
     ('prompt,category\nok,a\n"x"y,b\n', "bad.csv:3: not valid CSV .',' expected after '\"'.; close the quote"),
@@ -233,6 +239,9 @@ def test_custom_files_are_read_as_written(tmp_path: Path) -> None:
     # A line separator inside a JSON string is text, not the end of a line.
     jsonl.write_text('{"prompt": "one\u2028two\x85three", "id": 7}\n', encoding="utf-8")
     assert [(p.id, p.text) for p in load_custom(DatasetSpec("set", jsonl, "answer")).prompts] == [("set-7", "one\u2028two\x85three")]
+    jsonl.write_text('{"prompt": "a"}\n{"text": "b"}\n', encoding="utf-8")
+    with pytest.raises(DatasetError, match=r"set.jsonl row 2: no 'prompt' \(its keys: text\)"):
+        load_custom(DatasetSpec("set", jsonl, "answer"))
     jsonl.write_text('{"prompt": "a", "id": 1}\n\n{"prompt": 5}\n', encoding="utf-8")
     with pytest.raises(DatasetError, match=r"set.jsonl:3: 'prompt' is 5, not a string"):
         load_custom(DatasetSpec("set", jsonl, "answer"))
