@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import importlib
 import inspect
 import json
@@ -11,6 +12,7 @@ import random
 import re
 import socket
 import ssl
+import threading
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Mapping
@@ -485,16 +487,44 @@ class CallableCaller:
         # SystemExit and KeyboardInterrupt raised by the user's code (an app that calls sys.exit on an error;
         # a signal reaches only pytest's main thread) become ordinary errors before they reach a task, which
         # would re-raise them out of the fetch loop and stop every call with a traceback. A sync function's
-        # come back from its thread here too: the executor's future carries any BaseException to the await.
+        # come back from its thread here too: _in_daemon_thread carries any BaseException to the await.
         try:
             if _is_async(self.function):
                 return await self.function(prompt, self.system_prompt)
-            result = await asyncio.to_thread(self.function, prompt, self.system_prompt)
+            result = await _in_daemon_thread(self.function, prompt, self.system_prompt)
             if inspect.isawaitable(result):  # an async function behind a sync-looking wrapper (a decorator)
                 result = await result
             return result
         except (SystemExit, KeyboardInterrupt) as exc:
             raise _TargetExit(exc) from None
+
+
+async def _in_daemon_thread(function: Callable[..., Any], *args: Any) -> Any:
+    """`function(*args)` on a daemon thread, awaited (asyncio.to_thread, but abandoned at exit).
+
+    A sync target that never returns (a socket read without a timeout) is given up on after --orbench-timeout,
+    but the thread goes on; an executor's threads are joined when the interpreter exits, so pytest would
+    print its summary and then hang until CI's job limit. A daemon thread is left behind instead."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()  # as asyncio.to_thread: the caller's context variables
+
+    def settle(ok: bool, value: Any) -> None:
+        if not future.done():  # cancelled when the call timed out
+            future.set_result(value) if ok else future.set_exception(value)
+
+    def work() -> None:
+        try:
+            ok, value = True, context.run(function, *args)
+        except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt too: carried to the await
+            ok, value = False, exc
+        try:
+            loop.call_soon_threadsafe(settle, ok, value)
+        except RuntimeError:
+            pass  # the fetch loop has closed: nobody waits for this reply any more
+
+    threading.Thread(target=work, name="orbench-target", daemon=True).start()
+    return await future
 
 
 class _TargetExit(Exception):

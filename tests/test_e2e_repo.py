@@ -97,6 +97,19 @@ def test_a_target_that_returns_none_is_an_error_not_a_refusal_and_stops_the_call
     assert (pytester.path / "calls.txt").read_text() == "x" * 5
 
 
+def test_a_sync_target_that_never_returns_is_an_error_and_pytest_still_exits(pytester: pytest.Pytester) -> None:
+    # A socket read without a timeout: the call is given up on after --orbench-timeout, but its thread ran on, and
+    # pytest printed its summary and then waited for that thread at exit, for ever (a CI job until its time limit).
+    pytester.makepyfile(app="import threading\n\n"
+                            "def answer(prompt, system_prompt):\n"
+                            "    threading.Event().wait()\n")
+    pytester.makefile(".yaml", orbench="target: app:answer\ndatasets: xstest-safe\nsample: 2\nseed: 1\n"
+                                       "timeout: 0.5\nretries: 0\n")
+    result = pytester.runpytest_subprocess("--orbench", "-p", "no:cacheprovider", timeout=60)
+    result.stdout.fnmatch_lines(["*no reply for xstest-safe-*: target timed out after 0.5s*"])
+    assert result.parseoutcomes()["errors"] == 2
+
+
 @pytest.mark.parametrize(("module", "target", "message"), [
     ("", "missing.chat:answer", "*cannot load target 'missing.chat:answer': No module named 'missing'*on sys.path*"),
     ("def other(prompt, system_prompt):\n    return ''\n", "app:answer", "*cannot load target 'app:answer'*answer*"),
