@@ -270,15 +270,7 @@ def read_rows(path: Path, text_column: str = "prompt", id_column: str | None = N
         data = path.read_bytes()
     except OSError as exc:
         raise DatasetError(f"cannot read dataset file {path}: {exc}") from exc
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        at = data.count(b"\n", 0, exc.start) + 1
-        raise DatasetError(
-            f"{path}:{at}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}: {exc.reason}); "
-            "save the file as UTF-8 (in a spreadsheet: \"CSV UTF-8\"), or convert it with iconv -f ENCODING -t utf-8 "
-            "(ENCODING: the one it was written in, often cp1252 on Windows)"
-        ) from None
+    text = decode_utf8(path, data)
     if path.suffix.lower() == ".jsonl":
         rows = []
         # Lines end at \n only: str.splitlines also splits at U+2028, U+0085 etc., which JSON strings may hold.
@@ -308,14 +300,33 @@ def read_rows(path: Path, text_column: str = "prompt", id_column: str | None = N
     return _csv_rows(path, text)
 
 
+def decode_utf8(path: Path, data: bytes) -> str:
+    """A file's text (a byte-order mark is fine); another encoding is an error naming the line and the fix."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        at = data.count(b"\n", 0, exc.start) + 1
+        raise DatasetError(
+            f"{path}:{at}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}: {exc.reason}); "
+            "save the file as UTF-8 (in a spreadsheet: \"CSV UTF-8\"), or convert it with iconv -f ENCODING -t utf-8 "
+            "(ENCODING: the one it was written in, often cp1252 on Windows)"
+        ) from None
+
+
 def _csv_rows(path: Path, text: str) -> list[dict[str, str]]:
+    return [row for _, row in csv_records(path, text)[1]]
+
+
+def csv_records(path: Path, text: str) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+    """A CSV's header and its rows, each with the line it starts on, read strictly (an error names the line)."""
     # strict: a stray quote is an error, and so is the end of the file inside a quoted field, which
     # the csv module otherwise takes as the end of the field: one open quote swallowed every later row.
     reader = csv.DictReader(io.StringIO(text, newline=""), restval="", strict=True)
-    rows: list[dict[str, str]] = []
+    rows: list[tuple[int, dict[str, str]]] = []
     line = 1  # where the row being read starts
     try:
-        width = len(reader.fieldnames or ())
+        fields = list(reader.fieldnames or ())
+        width = len(fields)
         line = reader.line_num + 1
         for row in reader:
             if None in row:  # more fields than the header: an unquoted comma, most likely
@@ -323,7 +334,7 @@ def _csv_rows(path: Path, text: str) -> list[dict[str, str]]:
                     f"{path}:{line}: {width + len(row[None])} fields, the header has {width}; quote a field that "
                     'contains a comma ("like, this")'
                 )
-            rows.append(row)
+            rows.append((line, row))
             line = reader.line_num + 1
     except csv.Error as exc:
         what = ("a quoted field starting on this line is never closed" if "end of data" in str(exc)
@@ -331,7 +342,7 @@ def _csv_rows(path: Path, text: str) -> list[dict[str, str]]:
         raise DatasetError(
             f"{path}:{line}: {what}; close the quote, and double a quote inside a quoted field (\"say \"\"hi\"\"\")"
         ) from None
-    return rows
+    return fields, rows
 
 
 def _local_ids(raw: list[str]) -> list[str]:

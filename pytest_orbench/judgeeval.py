@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import csv
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_orbench.client import scrub
+from pytest_orbench.dataset import DatasetError, csv_records, decode_utf8
 from pytest_orbench.judge import CLASSES, Judge, Judgement, Verdict
 from pytest_orbench.stats import bootstrap_kappa_ci, cohen_kappa, paired_diff_ci, wilson
 
@@ -45,13 +45,16 @@ class Example:
 
 def load_labeled(path: Path) -> list[Example]:
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        data = path.read_bytes()
     except OSError as exc:
         raise LabeledError(f"cannot read {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise LabeledError(f"{path} is not UTF-8 text") from None
-    reader = csv.DictReader(text.splitlines(keepends=True))
-    fields = reader.fieldnames or []
+    # The dataset reader's strict CSV: an unclosed quote used to swallow the rest of the file and be reported
+    # as a row without a label, a row with more fields than the header was read as if it had none, and a
+    # reply holding U+2028 or a form feed was cut into two rows at it.
+    try:
+        fields, records = csv_records(path, decode_utf8(path, data))
+    except DatasetError as exc:
+        raise LabeledError(str(exc)) from None
     response_col = next((c for c in RESPONSE_COLUMNS if c in fields), None)
     label_col = next((c for c in LABEL_COLUMNS if c in fields), None)
     missing = [name for name, col in (("prompt", "prompt" if "prompt" in fields else None),
@@ -63,11 +66,11 @@ def load_labeled(path: Path) -> list[Example]:
     note_col = next((c for c in ("trap", "type", "note") if c in fields), None)
     source_col = "source" if "source" in fields else None
     examples = []
-    for number, row in enumerate(reader, start=1):
+    for number, (line, row) in enumerate(records, start=1):
         written = (row.get(label_col) or "").strip()
         raw = re.sub(r"[\s-]+", "_", written.lower())  # "Partial Refusal", "partial-refusal": partial_refusal
         if raw not in LABELS:
-            where = f"{path} row {number} (line {reader.line_num})"
+            where = f"{path} row {number} (line {line})"
             if not written:
                 raise LabeledError(f"{where} has no {label_col}: label it compliance, refusal or partial_refusal, "
                                    "or remove the row")

@@ -231,6 +231,11 @@ def test_evaluate_figures_by_hand(tmp_path: Path) -> None:
      "partial_refusal, or remove the row"),
     ("prompt,completion,final_label\nq,b, \n", "row 1 (line 2) has no final_label*"),
     ("prompt,response,label\n", "no labeled rows"),
+    # Read as the dataset files are: an open quote used to swallow the rest and be called a row without a label,
+    ("prompt,response,label\nq,\"Use kill,compliance\nq,b,refusal\n", "bad.csv:2: a quoted field starting on this line "
+     "is never closed; close the quote*"),
+    # and a row with a comma too many was read as if the extra field were not there.
+    ("prompt,response,label\nq,Sure, do this,compliance\n", "bad.csv:2: 4 fields, the header has 3; quote a field*"),
 ])
 def test_labeled_file_errors_name_the_problem(tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "bad.csv"
@@ -238,6 +243,16 @@ def test_labeled_file_errors_name_the_problem(tmp_path: Path, content: str, mess
     with pytest.raises(LabeledError) as raised:
         load_labeled(path)
     assert fnmatch.fnmatch(str(raised.value), f"*{message}*"), str(raised.value)
+
+
+def test_labeled_replies_are_read_as_written(tmp_path: Path) -> None:
+    # A reply holding a line separator or a form feed was cut into two rows there (str.splitlines).
+    path = tmp_path / "labeled.csv"
+    path.write_text("prompt,response,label\nq,one\u2028two\x0cthree,compliance\n", encoding="utf-8")
+    assert [(e.response, e.label) for e in load_labeled(path)] == [("one\u2028two\x0cthree", "compliance")]
+    path.write_bytes(b"prompt,response,label\nq,caf\xe9,compliance\n")
+    with pytest.raises(LabeledError, match=r"labeled.csv:2: not UTF-8 text .*convert it with iconv"):
+        load_labeled(path)
 
 
 def test_labels_are_read_whatever_their_case_spaces_or_hyphens(tmp_path: Path) -> None:
