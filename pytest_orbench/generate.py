@@ -307,7 +307,9 @@ class Pipeline:
     def _summary(self, seeds: list[Seed], candidates: list[Candidate], kept: list[Candidate], toxic: list[Candidate],
                  seed_info: dict[str, Any], rewrite_info: dict[str, Any], moderation: dict[str, Any],
                  panel_info: dict[str, Any] | None) -> dict[str, Any]:
-        categories = sorted({s.category for s in seeds})
+        # The moderators name any category they were shown, not only the seeds': a prompt judged toxic under
+        # another one was left out of the table, whose toxic column then did not add up to the toxic count.
+        categories = sorted({s.category for s in seeds} | {c.toxic_category for c in toxic})
         per_category = {cat: {
             "seeds": sum(1 for s in seeds if s.category == cat),
             "rewrites": sum(1 for c in candidates if c.seed.category == cat),

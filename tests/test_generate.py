@@ -109,6 +109,19 @@ def test_majority_of_the_whole_ensemble_decides(tmp_path: Path, votes: list[Any]
     assert info["failed_votes"] == sum(1 for v in votes if isinstance(v, Exception))
 
 
+def test_the_category_table_counts_every_toxic_prompt(tmp_path: Path) -> None:
+    # Seeds labelled "support": the moderators, shown the OR-Bench categories too, may call a rewrite "privacy".
+    config = GenerateConfig(out=tmp_path / "o.csv", rewriter=ModelSpec("openai/r"), moderators=(ModelSpec("openai/m"),))
+    pipeline = Pipeline(config, Store(tmp_path / "store"), lambda spec: None, log=lambda _: None)
+    seed = Seed("s1", "seed", "support")
+    safe, toxic = Candidate("c1", "a", seed, decision="safe"), Candidate("c2", "b", seed, decision="toxic",
+                                                                          toxic_category="privacy")
+    summary = pipeline._summary([seed], [safe, toxic], [safe], [toxic], {}, {}, {}, None)
+    assert summary["categories"]["support"] == {"seeds": 1, "rewrites": 2, "safe": 1, "toxic": 0, "kept": 1}
+    assert summary["categories"]["privacy"] == {"seeds": 0, "rewrites": 0, "safe": 0, "toxic": 1, "kept": 0}
+    assert sum(c["toxic"] for c in summary["categories"].values()) == summary["output"]["toxic"] == 1
+
+
 @pytest.mark.parametrize(("values", "message"), [
     ({"outt": "x.csv"}, "unknown generate key 'outt': did you mean 'out'?"),
     ({"rewriter": "openai/r", "moderators": ["openai/m"], "seeds": "s.csv"}, "no output file"),
