@@ -5,6 +5,7 @@ settings (secret names and values, `{env: VAR}` references) and URL redaction. T
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 import os
@@ -146,13 +147,26 @@ def load_callable(spec: str, what: str, parameters: tuple[str, ...]) -> Any:
     """The function 'package.module:function' names (a `target:`, a custom judge), imported and checked to
     take `parameters` positionally: one usage error before any call instead of an error per prompt."""
     module_name, _, attr = spec.partition(":")
+    if module_name.endswith(".py") or "/" in module_name or "\\" in module_name:
+        dotted = module_name.replace("\\", "/").removesuffix(".py").strip("/").replace("/", ".")
+        raise LoadError(f"cannot load {what} {spec!r}: {module_name!r} is a file path; name the module, as an import "
+                        f"would: '{dotted}:{attr}'", imported=True)
     try:
-        obj = import_object(module_name, attr)
-    except (ImportError, AttributeError) as exc:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
         raise LoadError(f"cannot load {what} {spec!r}: {exc}", imported=False) from None
-    except Exception as exc:  # the user's module raised while importing
+    except Exception as exc:  # the user's module raised while importing (an AttributeError too)
         raise LoadError(f"cannot load {what} {spec!r}: importing {module_name} raised {type(exc).__name__}: {exc}",
                         imported=False) from None
+    try:
+        obj = import_object(module_name, attr)
+    except AttributeError as exc:
+        # The module imported: saying it must be importable (sys.path) would send the user the wrong way.
+        names = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n, None))]
+        close = difflib.get_close_matches(attr.split(".")[0], names, n=1)
+        raise LoadError(f"cannot load {what} {spec!r}: {exc} (the module was imported from "
+                        f"{getattr(module, '__file__', None) or module_name})"
+                        + (f"; did you mean '{module_name}:{close[0]}'?" if close else ""), imported=True) from None
     if not callable(obj):
         raise LoadError(f"{what} {spec!r} is not callable (it is a {type(obj).__name__})", imported=True)
     try:

@@ -113,6 +113,12 @@ def test_a_sync_target_that_never_returns_is_an_error_and_pytest_still_exits(pyt
 @pytest.mark.parametrize(("module", "target", "message"), [
     ("", "missing.chat:answer", "*cannot load target 'missing.chat:answer': No module named 'missing'*on sys.path*"),
     ("def other(prompt, system_prompt):\n    return ''\n", "app:answer", "*cannot load target 'app:answer'*answer*"),
+    # The module imported: the error used to say it must be importable (on sys.path), which it was.
+    ("def answer(prompt, system_prompt):\n    return ''\n", "app:anwser",
+     "*cannot load target 'app:anwser': module 'app' has no attribute 'anwser' (the module was imported from *app.py); "
+     "did you mean 'app:answer'?"),
+    ("def answer(prompt, system_prompt):\n    return ''\n", "app.py:answer",
+     "*cannot load target 'app.py:answer': 'app.py' is a file path; name the module, as an import would: 'app:answer'"),
     ("answer = 'a string'\n", "app:answer", "*target 'app:answer' is not callable (it is a str)*"),
     ("def answer(prompt):\n    return ''\n", "app:answer", "*must accept (prompt, system_prompt); its signature is app.answer(prompt)*"),
     ("raise KeyError('CONFIG')\n", "app:answer", "*importing app raised KeyError: 'CONFIG'*"),
