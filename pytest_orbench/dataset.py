@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import difflib
 import hashlib
 import io
 import json
@@ -146,7 +147,15 @@ def parse_spec(entry: str, base: Path) -> DatasetSpec:
     head, sep, tail = entry.rpartition(":")
     if sep and tail.lower() in EXPECT_WORDS:
         entry, expected = head, EXPECT_WORDS[tail.lower()]
+    if sep and not expected and head.lower().endswith((".csv", ".jsonl")):
+        raise DatasetError(f"{entry!r}: {tail!r} after the file is not an expectation; write {head}:answer or {head}:refuse")
     if not entry.lower().endswith((".csv", ".jsonl")):
+        parts = re.split(r"[\s;]+", entry)
+        if len(parts) > 1 and all(part in BUILTINS or part.lower().endswith((".csv", ".jsonl")) for part in parts):
+            raise DatasetError(f"unknown dataset {entry!r}: separate datasets with commas, {','.join(parts)}")
+        close = difflib.get_close_matches(entry.lower(), list(BUILTINS), n=1, cutoff=0.6)
+        if close:
+            raise DatasetError(f"unknown dataset {entry!r}: did you mean {close[0]!r}? (built-ins: {', '.join(BUILTINS)})")
         raise DatasetError(
             f"unknown dataset {entry!r}: use one of {', '.join(BUILTINS)} "
             "or a .csv/.jsonl file path (optionally suffixed :answer or :refuse)"

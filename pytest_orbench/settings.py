@@ -225,7 +225,11 @@ def _datasets(value: Any, base: Path) -> tuple[DatasetSpec, ...]:
         raise _fail("--orbench-datasets is empty: name at least one of " + ", ".join(BUILTINS))
     duplicate = next((n for n in names if names.count(n) > 1), None)
     if duplicate:
-        raise _fail(f"--orbench-datasets names {duplicate!r} twice")
+        paths = [s.path for s in specs if s.name == duplicate]
+        fix = ("the same file is listed twice: list it once" if paths[0] is not None and len(set(paths)) == 1 else
+               "two datasets would share this name: give one its own in orbench.yaml, "
+               "datasets: [{path: FILE, name: OTHER}]" if paths[0] is not None else "list it once")
+        raise _fail(f"--orbench-datasets names {duplicate!r} twice; {fix}")
     return tuple(specs)
 
 

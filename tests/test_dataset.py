@@ -189,8 +189,13 @@ def test_parse_spec(tmp_path: Path) -> None:
     assert parse_spec("toxic", tmp_path) == DatasetSpec("toxic")
     spec = parse_spec("sets/mine.csv:refuse", tmp_path)
     assert (spec.name, spec.path, spec.expected) == ("mine", tmp_path / "sets" / "mine.csv", "refuse")
-    with pytest.raises(DatasetError, match="unknown dataset 'hard1k'"):
+    with pytest.raises(DatasetError, match="unknown dataset 'hard1k': did you mean 'hard-1k'"):
         parse_spec("hard1k", tmp_path)
+    # A misspelt expectation used to be reported as an unknown dataset named 'sets/mine.csv:answr'.
+    with pytest.raises(DatasetError, match="'answr' after the file is not an expectation; write sets/mine.csv:answer or"):
+        parse_spec("sets/mine.csv:answr", tmp_path)
+    with pytest.raises(DatasetError, match="separate datasets with commas, hard-1k,toxic"):
+        parse_spec("hard-1k toxic", tmp_path)
 
 
 def test_custom_csv_and_jsonl(tmp_path: Path) -> None:
