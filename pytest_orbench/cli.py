@@ -528,9 +528,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pytest_orbench.store import StoreError
 
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # here, not at exit: a reader that stopped early is met below
+        return code
     except StoreError as exc:  # judge-eval, generate, batches: a read-only folder, a full disk
         return _fail(f"{exc}; give --store a folder you can write to, on a disk with free space")
+    except KeyboardInterrupt:
+        # Ctrl-C: generate and judge-eval store every reply and judgement as it comes, so a rerun continues.
+        resumes = args.command in ("generate", "judge-eval")
+        print(f"orbench {args.command}: interrupted" + ("; what was received is stored, and running the same command "
+                                                        "again continues from there" if resumes else ""), file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # `orbench judge-eval ... | head`: the reader stopped reading. Nothing more to print (stdout goes
+        # nowhere, so the interpreter's own flush at exit does not fail again); the exit status of SIGPIPE.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -185,3 +185,32 @@ def test_compare_of_a_live_base_run_compares_with_the_baseline_file_given(tmp_pa
     assert "**Compared with** the baseline file. **What changed:**" in markdown and "drift" not in markdown
     # The live base's failed calls are that run's business, not this comparison's.
     assert "live base" not in markdown
+
+
+def test_output_to_a_reader_that_stopped_reading_ends_quietly() -> None:
+    # `orbench judge-eval ... | head`: the pipe is closed before the report is written.
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "pytest_orbench.cli", "judge-eval", "--judge", "prefix",
+                             str(REPO / "tests" / "data" / "judge-dev.csv")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    with proc.stderr:
+        err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 141
+    assert "Traceback" not in err and "BrokenPipeError" not in err and "Exception ignored" not in err, err
+
+
+def test_ctrl_c_says_what_was_kept_instead_of_a_traceback(monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from pytest_orbench import cli
+
+    def interrupted(args: Any) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_judge_eval", interrupted)
+    assert main(["judge-eval", str(REPO / "tests" / "data" / "judge-dev.csv")]) == 130
+    assert capsys.readouterr().err == ("orbench judge-eval: interrupted; what was received is stored, and running the "
+                                       "same command again continues from there\n")
