@@ -88,10 +88,15 @@ def _ci_pp(ci: list[float]) -> str:
     return f"[{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}] pp"
 
 
+def _against(results: ResultsDocument) -> str:
+    """The compared column's heading: the live base asked in this run, or the baseline file."""
+    return "live base" if results["run"].get("compared_with") == "live base" else "baseline"
+
+
 def _dataset_rows(results: ResultsDocument) -> list[str]:
     has_baseline = any(s.get("comparison") for s in results["datasets"].values())
     if has_baseline:
-        rows = ["| dataset | expect | n | baseline | current | Δ | 95% CI | p | p adj. | newly refused | newly answered |",
+        rows = [f"| dataset | expect | n | {_against(results)} | current | Δ | 95% CI | p | p adj. | newly refused | newly answered |",
                 "|---|---|--:|--:|--:|--:|---|--:|--:|--:|--:|"]
     else:
         rows = ["| dataset | expect | n | refused | rejection | 95% CI | filtered | empty | errors |",
@@ -278,7 +283,7 @@ def render_markdown(results: ResultsDocument, list_limit: int | None = None) -> 
                 if (block := s.get("comparison")) is not None and block["n"]]
     if compared:
         lines += ["<details><summary>Per category</summary>", "",
-                  "| dataset | category | n | baseline | current | Δ | p (one-sided, not adjusted) | newly refused | newly answered |",
+                  f"| dataset | category | n | {_against(results)} | current | Δ | p (one-sided, not adjusted) | newly refused | newly answered |",
                   "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
         for name, comparison in compared:
             for category, c in comparison["categories"].items():

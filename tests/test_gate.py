@@ -697,3 +697,11 @@ def test_junit_shows_invisible_characters_of_untrusted_check_text_instead_of_obe
     xml = junit_xml(results)
     assert "\u202e" not in xml and "\x1b" not in xml
     assert "evil[U+202E]txt.exe" in xml and "[U+001B][31mred" in xml
+
+
+def test_markdown_heads_the_compared_column_with_what_it_was_compared_with() -> None:
+    live = render_markdown(_live_base(make_results({"hard-1k": [False] * 20}), [False] * 20, "none"))
+    assert "| dataset | expect | n | live base | current |" in live and "| dataset | category | n | live base |" in live
+    base = baseline_document(make_results({"hard-1k": [False] * 20}))
+    filed = render_markdown(assess(make_results({"hard-1k": [False] * 20}), base, parse_gate({})))
+    assert "| dataset | expect | n | baseline | current |" in filed and "| live base |" not in filed
