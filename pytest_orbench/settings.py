@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import os
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -530,6 +531,15 @@ BASE_KEYS = ("model", "api_base", "api_key_env", "system_prompt", "system_prompt
              "litellm_kwargs")
 
 
+# The loopback interface by any of its names, before an optional port: one machine, one server.
+_LOOPBACK = re.compile(r"^(?:localhost|127(?:\.\d{1,3}){3}|::1)(?=:\d+$|$)", re.IGNORECASE)
+
+
+def _same_place(one: str, other: str) -> bool:
+    """Two `calls_go_to` hosts that are one server (`localhost:8000` and `127.0.0.1:8000`)."""
+    return _LOOPBACK.sub("localhost", one) == _LOOPBACK.sub("localhost", other)
+
+
 def _base(values: dict[str, Any], bases: dict[str, Path], head: Settings) -> Settings | None:
     """The live base: the run's own configuration with what `base:` and --orbench-base-* change."""
     block = values["base"]
@@ -579,7 +589,7 @@ def _base(values: dict[str, Any], bases: dict[str, Path], head: Settings) -> Set
     base_to, head_to = calls_go_to(model, kwargs_endpoint(own_kwargs)), calls_go_to(head.model, head.api_base)
     if (not same_model and head.api_base and "api_base" not in block and head.model is not None
             and not any(name in own_kwargs for name in ENDPOINT_KWARGS)
-            and provider_of(model) == provider_of(head.model) and base_to.split(" (from ")[0] != head_to):
+            and provider_of(model) == provider_of(head.model) and not _same_place(base_to.split(" (from ")[0], head_to)):
         # The run is asked at its api_base (a local server, a gateway), the base would be asked elsewhere:
         # a base served beside the head then fails (or is paid for at the provider) for a reason no gate
         # shows. Going to the provider on purpose is said with an empty value.

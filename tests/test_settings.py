@@ -298,8 +298,14 @@ def test_a_live_base_sent_elsewhere_than_the_run_is_refused_unless_said(pytester
                                      f"127.0.0.1:8000 (run), {where} (live base) | *"])
     (pytester.path / "orbench.yaml").write_text("base: {model: openai/old, api_base: null}\n", encoding="utf-8")
     assert pytester.runpytest(*head).ret == pytest.ExitCode.OK
-    # Another provider has its own endpoint: not refused.
+    # The provider's base URL variable naming the run's own server by another loopback name: one server.
     (pytester.path / "orbench.yaml").unlink()
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://localhost:8000/v1")
+    assert pytester.runpytest(*head, "--orbench-base-model=openai/old").ret == pytest.ExitCode.OK
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://localhost:8001/v1")  # another port: another server
+    assert pytester.runpytest(*head, "--orbench-base-model=openai/old").ret == pytest.ExitCode.USAGE_ERROR
+    monkeypatch.delenv("OPENAI_BASE_URL")
+    # Another provider has its own endpoint: not refused.
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-not-a-real-key")
     assert pytester.runpytest(*head, "--orbench-base-model=anthropic/claude-x").ret == pytest.ExitCode.OK
 
