@@ -316,8 +316,9 @@ def gate_lines(results: ResultsDocument, newly_limit: int = 20) -> list[str]:
     if not gate:
         return []
     if gate["verdict"] == "ungated":
-        lines = [f"orbench gate: UNGATED: {gate.get('note', 'nothing was checked')} (set --orbench-baseline or gate "
-                 "limits to gate a merge)"]
+        # A run writing the baseline has one set already: the hint would send the user in a circle.
+        hint = "" if results["run"].get("baseline_update") else " (set --orbench-baseline or gate limits to gate a merge)"
+        lines = [f"orbench gate: UNGATED: {gate.get('note', 'nothing was checked')}{hint}"]
     else:
         lines = [f"orbench gate: {gate['verdict'].upper()}"]
     lines += change_lines(results)

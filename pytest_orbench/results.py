@@ -202,6 +202,10 @@ class RunResults:
             # The base asks exactly what the run asks (same model, endpoint, parameters and system prompt):
             # its replies are the run's own, so a comparison would check the run against itself.
             reference, run["compared_with"], uncompared = None, None, LIVE_BASE_IDENTICAL
+        elif s.update_baseline and s.baseline is not None and s.base is None:
+            # The file it names is to be written, not read: say so instead of "no baseline".
+            uncompared = (f"this run writes the baseline {s.baseline} (--orbench-update-baseline), so it is not "
+                          "compared with the one there before")
         self.results = assess(results, reference, s.gate, uncompared)
         stopped = self._stopped(session, exitstatus, len(records))
         if stopped:

@@ -37,6 +37,10 @@ def test_gate_fails_stricter_and_looser_prompts_and_passes_the_same(pytester: py
     made = pytester.runpytest(*mock_args(mock, *sample, "--orbench-baseline", "baseline.json", "--orbench-update-baseline"))
     assert made.ret == 0
     made.stdout.fnmatch_lines(["baseline updated: *baseline.json (review and commit it)"])
+    # It was not compared with a previous baseline, and says why (not "no baseline").
+    made.stdout.fnmatch_lines(["orbench gate: UNGATED: this run writes the baseline *baseline.json "
+                               "(--orbench-update-baseline), so it is not compared with the one there before"])
+    assert "set --orbench-baseline" not in made.stdout.str()
 
     careful = pytester.runpytest(*mock_args(mock, *sample, "--orbench-baseline", "baseline.json", "--orbench-system-prompt-file",
                                             "careful.txt", "--orbench-json", "careful.json", "--orbench-junit", "gate.xml",
