@@ -705,3 +705,15 @@ def test_markdown_heads_the_compared_column_with_what_it_was_compared_with() -> 
     base = baseline_document(make_results({"hard-1k": [False] * 20}))
     filed = render_markdown(assess(make_results({"hard-1k": [False] * 20}), base, parse_gate({})))
     assert "| dataset | expect | n | baseline | current |" in filed and "| live base |" not in filed
+
+
+def test_a_whole_dataset_too_small_to_see_a_regression_says_so_a_large_one_does_not() -> None:
+    # A file of 12 prompts of your own, run whole: the pass said nothing, though only a jump of tens of
+    # points could have failed it.
+    small = assess(make_results({"hard-1k": [False] * 12}), baseline_document(make_results({"hard-1k": [False] * 12})),
+                   parse_gate({}))["gate"]
+    assert small["verdict"] == "pass"
+    assert any(w.startswith("hard-1k: these 12 paired prompts can only detect an increase of about") for w in small["warnings"])
+    large = assess(make_results({"hard-1k": [False] * 600}), baseline_document(make_results({"hard-1k": [False] * 600})),
+                   parse_gate({}))["gate"]
+    assert large["verdict"] == "pass" and not large["warnings"]
