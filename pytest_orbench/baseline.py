@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from pytest_orbench import __version__
-from pytest_orbench.jsonfile import dumps, write_atomic
+from pytest_orbench.jsonfile import dumps, loads_document, write_atomic
 from pytest_orbench.records import (
     BASELINE_SCHEMA,
     RESULTS_SCHEMA,
@@ -19,7 +19,7 @@ from pytest_orbench.records import (
     ResultsDocument,
     RunMeta,
 )
-from pytest_orbench.schema import objects_problem, prompts_problem, run_problem
+from pytest_orbench.schema import objects_problem, prompts_problem, run_problem, summary_mismatch
 from pytest_orbench.stats import detectable_increase, mcnemar_p, paired_diff_ci, paired_share_diff_ci, sign_flip_p
 
 BASELINE_SCHEMA_VERSION = 1
@@ -84,11 +84,16 @@ def load_baseline(path: Path) -> BaselineDocument:
             "(and commit it), or fix the path"
         ) from None
     try:
-        data = json.loads(text)
+        data = loads_document(text)
     except json.JSONDecodeError as exc:
         raise BaselineError(
             f"baseline {path} is not valid JSON (line {exc.lineno}: {exc.msg}); "
             "restore it from git or regenerate it with --orbench-update-baseline"
+        ) from None
+    except ValueError as exc:  # a merge conflict left in it, a key twice in one object
+        raise BaselineError(
+            f"baseline {path} is damaged: {exc}. Restore it from git, or regenerate it with --orbench-update-baseline "
+            "(after a merge conflict: on the merged branch, from a complete run)"
         ) from None
     if isinstance(data, dict) and data.get("schema") == RESULTS_SCHEMA:
         raise BaselineError(f"{path} is a results file (--orbench-json), not a baseline: write the baseline with "
@@ -96,22 +101,43 @@ def load_baseline(path: Path) -> BaselineDocument:
                             "first: orbench compare BASELINE.json RESULTS.json)")
     if not isinstance(data, dict) or data.get("schema") != BASELINE_SCHEMA:
         raise BaselineError(f"{path} is not a pytest-orbench baseline (no \"schema\": \"{BASELINE_SCHEMA}\")")
-    if data.get("schema_version") != BASELINE_SCHEMA_VERSION:
+    version = data.get("schema_version")
+    if type(version) is not int or version != BASELINE_SCHEMA_VERSION:  # (a bool is no version: True == 1)
+        shown = json.dumps(version) if type(version) is not int else str(version)
+        if type(version) is int and version > BASELINE_SCHEMA_VERSION:
+            by = f" (plugin_version {data['plugin_version']})" if isinstance(data.get("plugin_version"), str) else ""
+            raise BaselineError(
+                f"baseline {path} has schema version {shown}, written by a newer pytest-orbench{by}; this one "
+                f"({__version__}) reads version {BASELINE_SCHEMA_VERSION}. Upgrade pytest-orbench (regenerating it "
+                "here would replace what the newer version records)"
+            )
         raise BaselineError(
-            f"baseline {path} has schema version {data.get('schema_version')}; this plugin reads version "
-            f"{BASELINE_SCHEMA_VERSION}. Regenerate it with --orbench-update-baseline"
+            f"baseline {path} has schema version {shown}; this plugin reads version {BASELINE_SCHEMA_VERSION} (an "
+            "integer). Regenerate it with --orbench-update-baseline"
         )
     for key in ("run", "datasets", "prompts"):
         if key not in data:
             raise BaselineError(f"baseline {path} has no {key!r} section; regenerate it with --orbench-update-baseline")
     # Every key the comparison reads, with its type: a damaged baseline (a bad merge, a hand edit) is
     # refused here, before any endpoint call, not met as a KeyError mid-run or read as a wrong verdict.
-    problem = run_problem(data["run"]) or objects_problem(data["datasets"], "datasets") or prompts_problem(data["prompts"])
+    problem = (run_problem(data["run"]) or objects_problem(data["datasets"], "datasets") or prompts_problem(data["prompts"])
+               or summary_mismatch(data["datasets"], data["prompts"]) or _identity_problem(data))
     if problem:
         raise BaselineError(
             f"baseline {path} is damaged: {problem}. Restore it from git, or regenerate it with --orbench-update-baseline"
         )
     return cast(BaselineDocument, data)
+
+
+def _identity_problem(data: dict[str, Any]) -> str | None:
+    """A dataset summarized without its identity (revision, file sha256) in `run.datasets`: check_comparable
+    could not tell whether it is the run's dataset, and would compare it unchecked."""
+    sets = data["run"].get("datasets") or {}
+    for name in data["datasets"]:
+        if name not in sets:
+            return (f"`datasets` has {json.dumps(name)}, but `run.datasets` does not record its revision and sha256, "
+                    "so it cannot be checked to be the run's dataset")
+    return None
 
 
 def check_comparable(baseline: BaselineDocument, run: RunMeta, prompt_hashes: dict[str, str]) -> list[dict[str, Any]]:

@@ -102,6 +102,35 @@ def write_json(path: Path, data: Mapping[str, Any], records_key: str = "prompts"
     write_atomic(path, dumps(data, records_key))
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object with one key twice: json.loads keeps the last silently, so a hand edit or a merge that
+    kept both values decides unseen which one counts."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen: set[str] = set()
+        key = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        where = f" (in the object with \"id\": {json.dumps(data['id'])})" if isinstance(data.get("id"), str) else ""
+        raise DuplicateKeyError(f"the key {json.dumps(key)} appears twice in one object{where}: json keeps one value "
+                                "silently")
+    return data
+
+
+_CONFLICT = re.compile(r"^(<{7}|={7}|>{7})(?: |$)", re.MULTILINE)
+
+
+def loads_document(text: str) -> Any:
+    """A baseline's or results file's JSON, refusing what json.loads reads silently one way: a key twice
+    in one object (DuplicateKeyError). Git's merge-conflict markers are named by line (ValueError)."""
+    marker = _CONFLICT.search(text)
+    if marker:
+        line = text.count("\n", 0, marker.start()) + 1
+        raise ValueError(f"it holds git merge-conflict markers (line {line}: {marker.group(1)})")
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
 def read_json(path: Path) -> dict[str, Any]:
     data = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict):

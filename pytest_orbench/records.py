@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
 
+from pytest_orbench.jsonfile import loads_document
 from pytest_orbench.schema import prompts_problem, run_problem, summaries_problem
 
 RESULTS_SCHEMA = "pytest-orbench/results"
@@ -277,7 +278,7 @@ class ResultsError(Exception):
 def load_results(path: Path) -> ResultsDocument:
     """A results file written by `--orbench-json`, checked at the boundary (schema and the keys read)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = loads_document(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ResultsError(f"cannot read {path}: {exc.strerror}") from None
     except ValueError as exc:
@@ -287,7 +288,7 @@ def load_results(path: Path) -> ResultsDocument:
                            "orbench compare takes the baseline first: orbench compare BASELINE.json RESULTS.json")
     if not isinstance(data, dict) or data.get("schema") != RESULTS_SCHEMA:
         raise ResultsError(f"{path} is not a pytest-orbench results file (schema {RESULTS_SCHEMA!r} expected)")
-    if data.get("schema_version") != RESULTS_SCHEMA_VERSION:
+    if type(data.get("schema_version")) is not int or data["schema_version"] != RESULTS_SCHEMA_VERSION:
         raise ResultsError(f"{path} has results schema version {data.get('schema_version')!r}; this pytest-orbench "
                            f"reads version {RESULTS_SCHEMA_VERSION}")
     for key, kind in (("run", dict), ("datasets", dict), ("prompts", list)):

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from pytest_orbench import __version__
 from pytest_orbench.baseline import (
     BaselineError,
     baseline_document,
@@ -284,13 +285,84 @@ def test_damaged_baseline_is_refused_naming_the_prompt_and_key(tmp_path: Path, d
     assert str(info.value).endswith("Restore it from git, or regenerate it with --orbench-update-baseline")
 
 
+def _set(index: int, **values: Any) -> Any:
+    return lambda d: d["prompts"][index].update(values)
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    # A verdict flipped by hand without `refused` (or the reverse): the comparison reads the trial counts,
+    # --orbench-strict `refused` and a reviewer the verdict; each would see another baseline.
+    (_set(1, verdict="direct_answer"), 'prompts[1] (id hard-1k-0001) has "verdict": "direct_answer" but "refused": true'),
+    (_set(0, refused=True), 'prompts[0] (id hard-1k-0000) has "verdict": "direct_answer" but "refused": true'),
+    (_set(0, verdict="answered"), 'prompts[0] (id hard-1k-0000) has "verdict": "answered", not one of direct_answer'),
+    (_set(1, refused_share=1.0, refused_trials=0, scored_trials=1),
+     'prompts[1] (id hard-1k-0001) has "refused": true but "refused_trials": 0 of "scored_trials": 1'),
+    (_set(1, refused_share=0.5, refused_trials=1, scored_trials=1),
+     'prompts[1] (id hard-1k-0001) has "refused_share": 0.5 but "refused_trials": 1 of "scored_trials": 1'),
+    # The summary edited, or a prompt removed, without the other: the chart and a reviewer read the summary,
+    # the comparison the prompts.
+    (lambda d: d["datasets"]["hard-1k"].update(rejection_rate=0.05),
+     'datasets["hard-1k"] has "rejection_rate": 0.05, but its 3 prompts give 0.5: the summary and the prompts disagree'),
+    (lambda d: d["prompts"].pop(0), 'datasets["hard-1k"] has "total": 3, but its 2 prompts give 2'),
+    (lambda d: d["datasets"].pop("hard-1k"), 'prompts of dataset "hard-1k" are listed (3) but `datasets` has no "hard-1k"'),
+    # A dataset without its identity would be compared without checking its revision and file.
+    (lambda d: d["run"]["datasets"].pop("hard-1k"), '`datasets` has "hard-1k", but `run.datasets` does not record its'),
+])
+def test_hand_edited_baseline_that_contradicts_itself_is_refused(tmp_path: Path, damage: Any, message: str) -> None:
+    path = tmp_path / "baseline.json"
+    save_baseline(path, make_results({"hard-1k": [False, True, None]}))
+    data = json.loads(path.read_text())
+    damage(data)
+    path.write_text(json.dumps(data))
+    with pytest.raises(BaselineError) as info:
+        load_baseline(path)
+    assert str(info.value).startswith(f"baseline {path} is damaged: {message}")
+
+
+def test_baseline_with_a_key_twice_or_conflict_markers_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "baseline.json"
+    save_baseline(path, make_results({"hard-1k": [False, True, None]}))
+    text = path.read_text()
+    # json.loads keeps the last of two values silently: the edit would decide unseen which verdict counts.
+    path.write_text(text.replace('"refused": false', '"refused": false, "refused": true', 1))
+    with pytest.raises(BaselineError, match=re.escape('is damaged: the key "refused" appears twice in one object (in the '
+                                                      'object with "id": "hard-1k-0000")')):
+        load_baseline(path)
+    lines = text.splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if '"id": "hard-1k-0001"' in line)
+    conflicted = lines[:at] + ["<<<<<<< HEAD\n", lines[at], "=======\n", lines[at], ">>>>>>> other\n"] + lines[at + 1:]
+    path.write_text("".join(conflicted))
+    with pytest.raises(BaselineError, match=f"is damaged: it holds git merge-conflict markers \\(line {at + 1}: <<<<<<<\\)"):
+        load_baseline(path)
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(make_results({"hard-1k": [False]})).replace('"refused": false', '"refused": true, "refused": false'))
+    with pytest.raises(ResultsError, match='the key "refused" appears twice'):
+        load_results(results)
+
+
+@pytest.mark.parametrize(("version", "message"), [
+    (2, f"has schema version 2, written by a newer pytest-orbench (plugin_version {__version__}); this one ({__version__}) "
+        "reads version 1. Upgrade pytest-orbench"),
+    ("1", 'has schema version "1"; this plugin reads version 1 (an integer). Regenerate it'),
+    (True, "has schema version true; this plugin reads version 1 (an integer)"),
+])
+def test_baseline_schema_version_says_which_way_to_go(tmp_path: Path, version: Any, message: str) -> None:
+    path = tmp_path / "baseline.json"
+    save_baseline(path, make_results({"hard-1k": [False, True]}))
+    data = json.loads(path.read_text()) | {"schema_version": version}
+    path.write_text(json.dumps(data))
+    with pytest.raises(BaselineError, match=re.escape(message)):
+        load_baseline(path)
+
+
 def test_baseline_trial_counts_come_together(tmp_path: Path) -> None:
     path = tmp_path / "baseline.json"
     save_baseline(path, make_results({"hard-1k": [False, True, None]}))
     data = json.loads(path.read_text())
     assert not any("scored_trials" in p for p in data["prompts"])  # as before trials existed: still read
     assert load_baseline(path)["prompts"][1]["refused"] is True
-    data["prompts"][1].update(refused_share=1, refused_trials=2, scored_trials=3)
+    data["prompts"][1].update(refused_share=2 / 3, refused_trials=2, scored_trials=3)
+    data["datasets"]["hard-1k"]["rejection_rate"] = (0 + 2 / 3) / 2  # the mean share of the two scored prompts
     path.write_text(json.dumps(data))
     assert load_baseline(path)["prompts"][1]["scored_trials"] == 3
     for trials, shown in (({"scored_trials": 1}, "refused_trials missing, scored_trials 1"),
