@@ -532,6 +532,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # here, not at exit: a reader that stopped early is met below
         return code
     except StoreError as exc:  # judge-eval, generate, batches: a read-only folder, a full disk
+        if exc.says_fix:
+            return _fail(str(exc).replace("--orbench-store", "--store"))
         return _fail(f"{exc}; give --store a folder you can write to, on a disk with free space")
     except KeyboardInterrupt:
         # Ctrl-C: generate and judge-eval store every reply and judgement as it comes, so a rerun continues.

@@ -464,6 +464,8 @@ def _names(selected: str, nodeid: str) -> bool:
 
 
 def _unusable_store(exc: StoreError) -> str:
+    if exc.says_fix:
+        return f"pytest-orbench: {exc} (store: in orbench.yaml)"
     return (f"pytest-orbench: {exc}; point --orbench-store (store: in orbench.yaml) at a folder you can write to, "
             "on a disk with free space")
 

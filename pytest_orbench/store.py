@@ -107,10 +107,30 @@ def store_problem(directory: Path, label: str) -> str | None:
 class StoreError(RuntimeError):
     """The store cannot be opened or written (a read-only folder, a full disk, a newer schema)."""
 
+    #: the message names the fix itself (a damaged or newer store: not "a folder you can write to")
+    says_fix = False
+
+
+class StoreUnreadable(StoreError):
+    """The store's database is damaged or of a newer schema: another folder, not more space, is the fix."""
+
+    says_fix = True
+
+
+# SQLite's words for a database file it cannot read (truncated, overwritten, not SQLite at all).
+_DAMAGED = ("database disk image is malformed", "file is not a database")
+
 
 def unusable(directory: Path, exc: BaseException) -> StoreError:
     """`exc` (OSError, sqlite3.Error) as a StoreError naming the folder and, if SQLite does not, why."""
     reason = str(exc) or type(exc).__name__
+    if isinstance(exc, StoreError):
+        return exc
+    if isinstance(exc, sqlite3.DatabaseError) and any(words in reason for words in _DAMAGED):
+        # Only replies are lost with it, and they can be asked again: say so, rather than "free space".
+        return StoreUnreadable(f"the response store {directory} is damaged ({directory / STORE_FILE}: {reason}); it "
+                               "holds only replies that can be asked again: delete that file (or move it aside), or "
+                               "point --orbench-store elsewhere")
     if isinstance(exc, sqlite3.Error) and directory.is_dir() and not os.access(directory, os.W_OK):
         reason += " (the folder is not writable)"
     return StoreError(f"the response store {directory} cannot be written: {reason}")
@@ -143,20 +163,21 @@ class Store:
                     pass  # a convenience: the database itself says whether the folder can be used
         self.path = directory / STORE_FILE
         conn = self._conn()
-        self._migrate(conn)
+        self._migrate(conn, directory)
         # Outcomes of runs that ended without cleaning up (killed) are worthless after a day.
         old = time.time() - 86400
         conn.execute("DELETE FROM outcomes WHERE run IN (SELECT run FROM runs WHERE heartbeat < ?)", (old,))
         conn.execute("DELETE FROM runs WHERE heartbeat < ?", (old,))
 
     @staticmethod
-    def _migrate(conn: sqlite3.Connection) -> None:
+    def _migrate(conn: sqlite3.Connection, directory: Path) -> None:
         """Replies survive every version; per-run bookkeeping of older versions (claims, runs) is
         transient and is simply rebuilt. A store from a newer plugin is refused by name."""
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])
         if version > SCHEMA_VERSION:
-            raise StoreError(f"the response store was written by a newer pytest-orbench (store schema {version}, "
-                               f"this one reads up to {SCHEMA_VERSION}); upgrade, or point --orbench-store elsewhere")
+            raise StoreUnreadable(f"the response store {directory} was written by a newer pytest-orbench (store schema "
+                                  f"{version}, this one reads up to {SCHEMA_VERSION}); upgrade, or point --orbench-store "
+                                  "elsewhere")
         if version < SCHEMA_VERSION:
             conn.executescript("DROP TABLE IF EXISTS claims; DROP TABLE IF EXISTS runs; DROP TABLE IF EXISTS outcomes;")
         conn.executescript(SCHEMA)

@@ -307,6 +307,44 @@ def test_a_store_that_cannot_be_created_is_one_error_naming_it(tmp_path: Path) -
         Store(tmp_path / "file" / "store")
 
 
+def test_a_damaged_or_newer_store_says_to_delete_it_or_upgrade_not_to_free_space(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    store.put("k", {"text": "stored"})
+    store.close()
+    database = tmp_path / "responses.sqlite3"
+    for damage, words in ((lambda: database.write_bytes(database.read_bytes()[:3000]), "database disk image is malformed"),
+                          (lambda: database.write_bytes(b"not sqlite" * 1000), "file is not a database")):
+        damage()
+        for suffix in ("-wal", "-shm"):
+            database.with_name(database.name + suffix).unlink(missing_ok=True)
+        with pytest.raises(StoreError) as info:
+            Store(tmp_path)
+        assert str(info.value) == (f"the response store {tmp_path} is damaged ({database}: {words}); it holds only replies "
+                                   "that can be asked again: delete that file (or move it aside), or point --orbench-store "
+                                   "elsewhere")
+        assert info.value.says_fix
+    database.unlink()
+    Store(tmp_path)._conn().execute("PRAGMA user_version = 99")
+    with pytest.raises(StoreError, match=f"^the response store {tmp_path} was written by a newer pytest-orbench "
+                                         r"\(store schema 99, this one reads up to \d\); upgrade, or point --orbench-store "
+                                         "elsewhere$") as info:
+        Store(tmp_path)
+    assert info.value.says_fix
+
+
+@pytest.mark.usefixtures("orbench_env")
+def test_a_damaged_store_is_one_usage_error_saying_to_delete_it(pytester: pytest.Pytester) -> None:
+    (pytester.path / ".orbench").mkdir()
+    (pytester.path / ".orbench" / "responses.sqlite3").write_bytes(b"\0garbage" * 2000)
+    result = pytester.runpytest_inprocess("--orbench", "--orbench-model=openai/m", "--orbench-offline",
+                                          "--orbench-datasets=toxic", "--orbench-sample=2", "--orbench-seed=1")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*the response store *.orbench is damaged (*responses.sqlite3: file is not a database); "
+                                 "it holds only replies that can be asked again: delete that file (or move it aside), or "
+                                 "point --orbench-store elsewhere (store: in orbench.yaml)"])
+    assert "free space" not in result.stderr.str()
+
+
 def test_stop_finishes_requests_in_flight_and_gives_the_rest_an_outcome(tmp_path: Path) -> None:
     class Slower(SlowCaller):
         async def __call__(self, prompt: str) -> Reply:
