@@ -334,12 +334,17 @@ class OrbenchPlugin:
         """A prompt with no verdict in any trial: no reply (the endpoint failed) or no judgement of the replies
         it got (the judge failed); those replies are stored, and counted as such."""
         outcomes = outcomes or []
-        return cast(PromptRecord, {  # (a cast: mypy cannot build a TypedDict from others' keys plus its own)
+        record = cast(PromptRecord, {  # (a cast: mypy cannot build a TypedDict from others' keys plus its own)
             **_identity(item.prompt), "verdict": Verdict.ERROR.value, "refused": None, "matched": None,
             "refused_share": None, "refused_trials": 0, "scored_trials": 0, "trial_errors": len(outcomes),
             "judge_reason": "", "error": error, "error_from": _error_from(outcomes[0]) if outcomes else "endpoint",
             "from_store": False, "fetched": any(o.fetched for o in outcomes),
             "reply_excerpt": "", **self._costs(outcomes, base_outcomes), **_calls([*outcomes, *(base_outcomes or [])])})
+        if base_outcomes:
+            # The live base answered (or failed) apart from the run: its replies are paid for and half of
+            # the base's summary, whether or not the run's own call got a reply.
+            record["base"] = self._base(item, base_outcomes)
+        return record
 
     @staticmethod
     def _costs(outcomes: list[Outcome], base_outcomes: list[Outcome] | None = None) -> Costs:
@@ -449,13 +454,17 @@ class OrbenchPlugin:
             **self._costs(outcomes, base_outcomes), **_calls([*outcomes, *(base_outcomes or [])]),
         })
         if base_outcomes:
-            base, base_reply = self._combined(item, base_outcomes)
-            costs = self._costs(base_outcomes)
-            record["base"] = cast(BaseRecord, {
-                **base, "fetched": any(o.fetched for o in base_outcomes), "served_model": base_reply.get("model"),
-                "system_fingerprint": base_reply.get("system_fingerprint"), "base_cost": costs["cost"],
-                "base_usage": costs["usage"]})
+            record["base"] = self._base(item, base_outcomes)
         return record
+
+    def _base(self, item: PromptItem, base_outcomes: list[Outcome]) -> BaseRecord:
+        """The prompt as the live base answered it: its verdict, or its error, and what its calls cost."""
+        base, base_reply = self._combined(item, base_outcomes)
+        costs = self._costs(base_outcomes)
+        return cast(BaseRecord, {
+            **base, "fetched": any(o.fetched for o in base_outcomes), "served_model": base_reply.get("model"),
+            "system_fingerprint": base_reply.get("system_fingerprint"), "base_cost": costs["cost"],
+            "base_usage": costs["usage"]})
 
 
 def _names(selected: str, nodeid: str) -> bool:

@@ -163,6 +163,27 @@ def test_offline_verdicts_are_stored_and_reused_per_judge_version(pytester: pyte
     assert stats(mock.url)["completions"] == 10
 
 
+def test_a_run_whose_own_endpoint_cannot_be_reached_still_records_and_bills_the_live_base(
+        pytester: pytest.Pytester, mock: MockServer) -> None:
+    # The mirror case: the run's endpoint refuses every connection, the base answers. A prompt whose own
+    # call failed once dropped the base's reply: its cost left run.spend.base, and with every prompt of
+    # the run failed the session crashed (INTERNALERROR "the baseline shares no dataset with this run").
+    args = ["--orbench", "--orbench-model", "openai/orbench-mock", "--orbench-api-base", "http://127.0.0.1:9/v1",
+            "--orbench-base-api-base", mock.url, "--orbench-base-temperature", "0.5", "-p", "no:cacheprovider",
+            "-p", "no:randomly", "--orbench-datasets", "toxic", "--orbench-sample", "6", "--orbench-seed", "4",
+            "--orbench-json", "r.json"]
+    result = pytester.runpytest(*args)
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    data = load(pytester.path / "r.json")
+    assert stats(mock.url)["completions"] == 6
+    assert all(p["error"] and p["base"]["verdict"] != "error" for p in data["prompts"])
+    assert data["base"]["datasets"]["toxic"]["n"] == 6
+    spent = data["run"]["spend"]["base"]
+    assert spent["completion_tokens"] == sum(p["base"]["base_usage"]["completion_tokens"] for p in data["prompts"]) > 0
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["  INCONCLUSIVE: toxic error budget: 6 of 6 prompts errored*"])
+
+
 def test_a_live_base_that_cannot_be_reached_stops_only_its_own_calls(pytester: pytest.Pytester, mock: MockServer) -> None:
     # The base's endpoint refuses every connection (nothing listens on port 9). Once its first refused
     # connection stopped every call of the session: prompts of the run under test became errors too.
