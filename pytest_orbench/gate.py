@@ -137,7 +137,8 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
             f"{summary['errors']} of {total} prompts errored"
             + (f" and {unscored} went unscored" if unscored else "")
             + f" ({100 * error_share:.1f}%, budget {100 * config.error_budget:.1f}%)"
-            + ("; too many to conclude anything" if over else ""),
+            + (f"; too many to conclude anything; most common error: {_common_error(results, name, base=False)}"
+               if over else ""),
         ))
         base = base_sets.get(name)
         if base is not None:
@@ -224,13 +225,16 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
     return result
 
 
-def _common_error(results: ResultsDocument, dataset: str) -> str:
-    """The live base's most common error on a dataset's prompts, with its count."""
+def _common_error(results: ResultsDocument, dataset: str, base: bool = True) -> str:
+    """The most common error on a dataset's prompts without a verdict (the live base's, or the run's own:
+    a spend limit reached, an endpoint down), with its count: the check says why, not only how many."""
     from collections import Counter
 
+    prompts = [p for p in results.get("prompts") or [] if p["dataset"] == dataset]
+    sides: list[Any] = [p.get("base") if base else p for p in prompts]
     # Withheld when it quotes a toxic prompt, as the report's error lists do: this text reaches the PR comment.
-    errors = Counter(error_shown(p, p["base"].get("error") or "no verdict")[:200] for p in results["prompts"]
-                     if p["dataset"] == dataset and isinstance(p.get("base"), dict) and p["base"].get("refused") is None)
+    errors = Counter(error_shown(p, side.get("error") or side.get("verdict") or "no verdict")[:200]
+                     for p, side in zip(prompts, sides) if isinstance(side, dict) and side.get("refused") is None)
     if not errors:
         return "none recorded"
     text, count = errors.most_common(1)[0]
