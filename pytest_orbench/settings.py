@@ -29,6 +29,7 @@ from pytest_orbench.spec import (
     TARGET_PARAMETERS,
     LoadError,
     ModelSpec,
+    api_base_problem,
     calls_go_to,
     kwargs_endpoint,
     load_callable,
@@ -405,6 +406,10 @@ def build_settings(config: pytest.Config) -> Settings:
     if revision is not None and not str(revision).strip():
         raise _fail("--orbench-revision is empty: give a version of your application (e.g. a git SHA) or leave it out")
 
+    for key, flag in (("api_base", "--orbench-api-base"), ("judge_api_base", "--orbench-judge-api-base")):
+        problem = api_base_problem(values[key])
+        if problem:
+            raise _fail(f"{flag} ({key}: in orbench.yaml) {problem}")
     api_key = _api_key(values)
     judge_spec = _judge(values, folders)
     store = path("store")
@@ -600,6 +605,9 @@ def _base(values: dict[str, Any], bases: dict[str, Path], head: Settings) -> Set
             f"set --orbench-base-api-base=URL (base.api_base in orbench.yaml) to where {model} is served, e.g. "
             f"--orbench-base-api-base={redact_url(head.api_base)}, or --orbench-base-api-base= (base: "
             f"{{api_base: null}}) to send the base's calls to {provider}'s default endpoint on purpose")
+    problem = api_base_problem(block.get("api_base"))
+    if problem:
+        raise _fail(f"{where.get('api_base', 'base.api_base')} {problem}")
     api_base = block.get("api_base") or (head.api_base if same_model else None)
     api_key_env = block.get("api_key_env") or (head.api_key_env if same_model else None)
     kwargs = block["litellm_kwargs"] if "litellm_kwargs" in block else (head.litellm_kwargs if same_model else {})

@@ -41,6 +41,25 @@ def redact_url(url: str | None) -> str | None:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
+def api_base_problem(url: str | None) -> str | None:
+    """What keeps an api_base from being called as written, with the fix (None: nothing). Shown without
+    credentials or query: only the scheme and host are quoted."""
+    if not url:
+        return None
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "is not an http:// or https:// URL with a host: write it as http://HOST:PORT/v1"
+    shown = f"{parts.scheme}://{parts.hostname}"
+    try:
+        port = parts.port
+    except ValueError:
+        return f"({shown}:...) has a port that is not a number from 0 to 65535"
+    if port is None and parts.netloc.endswith(":"):
+        return f"({shown}:) has ':' and no port after it, which would call port {443 if parts.scheme == 'https' else 80}: " \
+               "give the port, or leave the ':' out"
+    return None
+
+
 def is_env_ref(value: Any) -> bool:
     """`{env: VAR}`: a value read from the environment at call time, never written anywhere."""
     return isinstance(value, dict) and set(value) == {"env"} and isinstance(value["env"], str) and bool(value["env"])

@@ -326,3 +326,25 @@ def test_a_live_base_whose_endpoint_is_in_its_litellm_kwargs_is_not_refused(pyte
         result = pytester.runpytest(*head)
         assert result.ret == pytest.ExitCode.OK, result.stdout.str() + result.stderr.str()
         result.stdout.fnmatch_lines([f"*| calls to 127.0.0.1:8000 (run), {where} (live base) |*"])
+
+
+@pytest.mark.parametrize(("flag", "url", "message"), [
+    ("--orbench-api-base", "http://127.0.0.1:/v1",
+     "--orbench-api-base (api_base: in orbench.yaml) (http://127.0.0.1:) has ':' and no port after it, which would call "
+     "port 80: give the port, or leave the ':' out"),
+    ("--orbench-api-base", "https://user:pw@gw.example:80a/v1?key=s3cret",
+     "--orbench-api-base (api_base: in orbench.yaml) (https://gw.example:...) has a port that is not a number*"),
+    ("--orbench-api-base", "localhost:8000/v1",
+     "--orbench-api-base (api_base: in orbench.yaml) is not an http:// or https:// URL with a host: write it as "
+     "http://HOST:PORT/v1"),
+    ("--orbench-base-api-base", "http://[::1]:/v1", "--orbench-base-api-base (http://::1:) has ':' and no port after it*"),
+])
+def test_an_api_base_that_cannot_be_called_as_written_is_a_usage_error(pytester: pytest.Pytester, flag: str, url: str,
+                                                                      message: str) -> None:
+    # http://127.0.0.1:/v1 (a port left out of a template) dialled port 80 and reported its connection errors.
+    args = ["--orbench", "--orbench-model=openai/m", "--orbench-datasets=toxic", "--collect-only", "-p", "no:cacheprovider"]
+    if flag == "--orbench-base-api-base":
+        args += ["--orbench-api-base=http://127.0.0.1:8000/v1", "--orbench-base-model=openai/old"]
+    result = pytester.runpytest(*args, f"{flag}={url}")
+    usage_error(result, message)
+    assert "s3cret" not in result.stderr.str() and "pw@" not in result.stderr.str()
