@@ -162,9 +162,9 @@ def test_a_store_that_cannot_be_written_is_a_usage_error_before_any_call(pyteste
     (pytester.path / "damaged" / "responses.sqlite3").write_text("not a database " * 100)
     result = pytester.runpytest(*mock_args(mock, "--orbench-sample", "2", "--orbench-store", "damaged"))
     assert result.ret == pytest.ExitCode.USAGE_ERROR and stats(mock.url)["requests"] == 0
-    result.stderr.fnmatch_lines(["ERROR: pytest-orbench: the response store */damaged cannot be written: *; "
-                                 "point --orbench-store (store: in orbench.yaml) at a folder you can write to, on a disk "
-                                 "with free space"])
+    result.stderr.fnmatch_lines(["ERROR: pytest-orbench: the response store */damaged is damaged (*/responses.sqlite3: "
+                                 "file is not a database); it holds only replies that can be asked again: delete that "
+                                 "file (or move it aside), or point --orbench-store elsewhere (store: in orbench.yaml)"])
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
 
 
