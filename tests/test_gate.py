@@ -280,15 +280,20 @@ def _drop(key: str) -> Any:
      "prompts[3] (id hard-1k-0001) repeats the id of prompts[1]; each prompt may appear once"),
 ])
 def test_damaged_baseline_is_refused_naming_the_prompt_and_key(tmp_path: Path, damage: Any, message: str) -> None:
-    path = tmp_path / "baseline.json"
+    error = _damaged(tmp_path / "baseline.json", damage)
+    assert error.startswith(f"baseline {tmp_path / 'baseline.json'} is damaged: {message}")
+    assert error.endswith("Restore it from git, or regenerate it with --orbench-update-baseline")
+
+
+def _damaged(path: Path, damage: Any) -> str:
+    """The error of loading a three-prompt baseline after `damage` edited its JSON."""
     save_baseline(path, make_results({"hard-1k": [False, True, None]}))
     data = json.loads(path.read_text())
     damage(data)
     path.write_text(json.dumps(data))
     with pytest.raises(BaselineError) as info:
         load_baseline(path)
-    assert str(info.value).startswith(f"baseline {path} is damaged: {message}")
-    assert str(info.value).endswith("Restore it from git, or regenerate it with --orbench-update-baseline")
+    return str(info.value)
 
 
 def _set(index: int, **values: Any) -> Any:
@@ -315,14 +320,7 @@ def _set(index: int, **values: Any) -> Any:
     (lambda d: d["run"]["datasets"].pop("hard-1k"), '`datasets` has "hard-1k", but `run.datasets` does not record its'),
 ])
 def test_hand_edited_baseline_that_contradicts_itself_is_refused(tmp_path: Path, damage: Any, message: str) -> None:
-    path = tmp_path / "baseline.json"
-    save_baseline(path, make_results({"hard-1k": [False, True, None]}))
-    data = json.loads(path.read_text())
-    damage(data)
-    path.write_text(json.dumps(data))
-    with pytest.raises(BaselineError) as info:
-        load_baseline(path)
-    assert str(info.value).startswith(f"baseline {path} is damaged: {message}")
+    assert _damaged(tmp_path / "baseline.json", damage).startswith(f"baseline {tmp_path / 'baseline.json'} is damaged: {message}")
 
 
 def test_baseline_with_a_key_twice_or_conflict_markers_is_refused(tmp_path: Path) -> None:
