@@ -123,7 +123,12 @@ def parse_age(value: Any, where: str = "--orbench-store-max-age") -> float | Non
     if not match:
         raise ValueError(f"{where} {value!r}: use a number with a unit (7d, 12h, 30m, 45s), 0 to always ask "
                          "again, or never")
-    return float(match.group(1)) * _UNITS[match.group(2).lower()]
+    number, unit = float(match.group(1)), match.group(2).lower()
+    if not unit and number:
+        # `store_max_age: 7` meant a week more often than 7 seconds (which asks, and pays for, everything again).
+        raise ValueError(f"{where} {value!r} has no unit: write {match.group(1)}d, {match.group(1)}h, "
+                         f"{match.group(1)}m or {match.group(1)}s (0 always asks again; never: no limit)")
+    return number * _UNITS[unit]
 
 
 def format_age(seconds: float | None) -> str:

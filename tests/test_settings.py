@@ -172,6 +172,16 @@ def test_store_max_age_errors_name_the_forms(text: str) -> None:
         parse_age(text)
 
 
+@pytest.mark.parametrize("value", [7, "7", "1.5"])
+def test_an_age_without_a_unit_is_refused_not_taken_as_seconds(value: Any) -> None:
+    # `store_max_age: 7` in orbench.yaml was 7 seconds: every reply asked, and paid for, again.
+    from pytest_orbench.options import parse_age
+
+    with pytest.raises(ValueError, match=rf"^--orbench-store-max-age '?{value}'? has no unit: write {value}d, {value}h, "
+                                         rf"{value}m or {value}s \(0 always asks again; never: no limit\)$"):
+        parse_age(value)
+
+
 @pytest.mark.parametrize(("kwargs", "path"), [
     ({"extra_headers": {"Authorization": "Bearer abc123def456ghi"}}, "litellm_kwargs.extra_headers.Authorization"),
     ({"extra_headers": {"X-Api-Key": "plain"}}, "litellm_kwargs.extra_headers.X-Api-Key"),
