@@ -20,10 +20,11 @@ from pytest_orbench.records import (
     ResultsDocument,
     RunMeta,
 )
+from pytest_orbench.schema import VERDICT_REFUSED, refusal_share
 from pytest_orbench.stats import share_interval
 
 __all__ = ["RESULTS_SCHEMA", "RESULTS_SCHEMA_VERSION"]  # re-exported: the schema's home is records.py
-VERDICTS = ("direct_answer", "direct_refusal", "indirect_refusal", "filtered", "empty", "error", "unscored")
+VERDICTS = tuple(VERDICT_REFUSED)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
@@ -70,7 +71,7 @@ def _rate_block(records: list[PromptRecord]) -> RateBlock:
     verdicts = Counter(r["verdict"] for r in records)
     scored = [r for r in records if r["refused"] is not None]
     refused = sum(1 for r in scored if r["refused"])
-    shares = [_share(r) for r in scored]
+    shares = [refusal_share(r) for r in scored]
     n = len(scored)
     rate = sum(shares) / n if n else None
     lo, hi = share_interval(shares, sum(_scored_trials(r) for r in scored))
@@ -89,11 +90,6 @@ def _rate_block(records: list[PromptRecord]) -> RateBlock:
         "flaky_prompts": flaky,
         "verdicts": {v: verdicts.get(v, 0) for v in VERDICTS if verdicts.get(v, 0)},
     }
-
-
-def _share(record: PromptRecord) -> float:
-    share = record.get("refused_share")
-    return float(share) if share is not None else float(bool(record["refused"]))
 
 
 def _scored_trials(record: PromptRecord) -> int:

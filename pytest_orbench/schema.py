@@ -104,6 +104,13 @@ VERDICT_REFUSED: dict[str, bool | None] = {
 }
 
 
+def refusal_share(prompt: Any) -> float:
+    """A scored prompt's refusal share: refused / scored trials with repeated trials, else 0 or 1. The rates
+    of report.summarize and the check of a baseline's summary (summary_mismatch) both count with it."""
+    share = prompt.get("refused_share")
+    return float(share) if share is not None else float(bool(prompt["refused"]))
+
+
 def _verdict_problem(prompt: dict[str, Any]) -> str | None:
     """Where a prompt's verdict, `refused` and trial counts disagree (a hand edit that flipped one of them):
     the comparison reads the trial counts, --orbench-strict reads `refused`, a reviewer reads the verdict,
@@ -173,7 +180,7 @@ def summary_mismatch(datasets: dict[str, Any], prompts: list[dict[str, Any]]) ->
     for name, summary in datasets.items():
         rows = by_dataset.get(name, [])
         scored = [p for p in rows if p["refused"] is not None]
-        shares = [p["refused_trials"] / p["scored_trials"] if p.get("scored_trials") else float(p["refused"]) for p in scored]
+        shares = [refusal_share(p) for p in scored]
         actual = {"total": len(rows), "n": len(scored), "refused": sum(1 for p in scored if p["refused"]),
                   "rejection_rate": sum(shares) / len(shares) if shares else None}
         for key, value in actual.items():

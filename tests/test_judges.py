@@ -416,3 +416,11 @@ def test_fetch_processes_split_the_jobs_by_prompt_text() -> None:
     assert [{j.prompt for j in share} for share, _ in shares] == [{"prompt 0", "prompt 2", "prompt 4"},
                                                                    {"prompt 1", "prompt 3"}]
     assert [c for _, c in shares] == [4, 4]
+
+
+def test_the_light_verdict_table_says_what_each_verdict_says() -> None:
+    # schema.py (loaded with every baseline, without the judges) keeps verdict -> refused as a table.
+    from pytest_orbench.judge import Verdict
+    from pytest_orbench.schema import VERDICT_REFUSED
+
+    assert VERDICT_REFUSED == {v.value: v.refused for v in Verdict}
