@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_orbench.spec import DEFAULT_JUDGE
+from pytest_orbench import DEFAULT_JUDGE
 
 if TYPE_CHECKING:
     from pytest_orbench.records import ResultsDocument
@@ -166,7 +166,7 @@ def _compare(args: argparse.Namespace) -> int:
     from pytest_orbench.baseline import BaselineError, load_baseline
     from pytest_orbench.gate import GateConfigError, assess, parse_gate
     from pytest_orbench.jsonfile import output_problem
-    from pytest_orbench.markdown import MIN_MARKDOWN_CHARS
+    from pytest_orbench.options import MIN_MARKDOWN_CHARS
     from pytest_orbench.outputs import write_outputs
     from pytest_orbench.report import gate_lines, terminal_lines
     from pytest_orbench.settings import load_yaml_file

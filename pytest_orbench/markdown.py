@@ -19,7 +19,6 @@ _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#!|~])")
 ICON = {"pass": "✅", "fail": "❌", "inconclusive": "⚠️", "ungated": "⚪"}
 MARKER = "<!-- pytest-orbench report -->"
 GITHUB_COMMENT_LIMIT = 65536  # characters in an issue comment or a job summary
-MIN_MARKDOWN_CHARS = 2000  # the smallest report limit accepted: the verdict and the table must fit
 _WWW = re.compile(r"\b(www)\.", re.IGNORECASE)
 _SCHEME = re.compile(r":(?=//)")
 _ISSUE_REF = re.compile(r"(?<!&)#(?=\w)")  # not the # of an entity we wrote

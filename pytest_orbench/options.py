@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench.dataset import BUILTINS
-from pytest_orbench.spec import DEFAULT_JUDGE
+from pytest_orbench import BUILTIN_DATASETS, DEFAULT_JUDGE
 
 MAX_TRIALS = 20
+MIN_MARKDOWN_CHARS = 2000  # the smallest Markdown report limit accepted: the verdict and the table must fit
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("system_prompt", "str", None, "system prompt text (YAML only; or system_prompt_file)", ini=False),
     Option("system_prompt_file", "path", None, "file whose text is sent as the system message (FILE#KEY: the string at that key of a "
            "YAML / JSON / TOML file or Python module)", "--orbench-system-prompt-file"),
-    Option("datasets", "list", "hard-1k,toxic", f"comma-separated: {', '.join(BUILTINS)} or FILE.csv|FILE.jsonl[:answer|:refuse]", "--orbench-datasets"),
+    Option("datasets", "list", "hard-1k,toxic", f"comma-separated: {', '.join(BUILTIN_DATASETS)} or FILE.csv|FILE.jsonl[:answer|:refuse]", "--orbench-datasets"),
     Option("sample", "int", None, "run N prompts per dataset, stratified by category", "--orbench-sample"),
     Option("seed", "int", None, "sampling seed (default: random, printed in the header)", "--orbench-seed"),
     Option("trials", "int", 1, "ask each prompt K times (nondeterministic endpoints): a refusal share per prompt, "

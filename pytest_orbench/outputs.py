@@ -38,13 +38,13 @@ def write_outputs(results: ResultsDocument, *, json: Path | None = None, markdow
                   svg: Path | None = None, junit: Path | None = None, markdown_max_chars: int | None = None) -> list[Path]:
     """Write the requested files atomically; return what was written. The Markdown report stays within
     `markdown_max_chars` (default: a GitHub comment's 65,536) by dropping list items, never Markdown."""
-    from pytest_orbench.markdown import GITHUB_COMMENT_LIMIT, render_markdown_within
-
     written = []
     if json is not None:
         write_json(json, results)
         written.append(json)
     if markdown is not None:
+        from pytest_orbench.markdown import GITHUB_COMMENT_LIMIT, render_markdown_within  # only runs that write one
+
         write_atomic(markdown, render_markdown_within(results, markdown_max_chars or GITHUB_COMMENT_LIMIT))
         written.append(markdown)
     if svg is not None:

@@ -21,8 +21,7 @@ import yaml
 
 from pytest_orbench.dataset import BUILTINS, DatasetError, DatasetSpec, parse_spec, spec_from_mapping
 from pytest_orbench.gate import GateConfig, GateConfigError, parse_gate
-from pytest_orbench.markdown import MIN_MARKDOWN_CHARS
-from pytest_orbench.options import BY_KEY, MAX_TRIALS, OPTIONS, Option, parse_age
+from pytest_orbench.options import BY_KEY, MAX_TRIALS, MIN_MARKDOWN_CHARS, OPTIONS, Option, parse_age
 from pytest_orbench.prompt_file import PromptFileError, extract, split
 from pytest_orbench.spec import (
     ENDPOINT_KWARGS,

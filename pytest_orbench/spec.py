@@ -20,7 +20,6 @@ from pytest_orbench.store import response_key
 SECRET_WORDS = re.compile(r"key|token|secret|password|authorization|credential", re.IGNORECASE)
 
 
-DEFAULT_JUDGE = "keyword"  # the plugin's, the Action's and `orbench judge-eval`'s default judge
 
 
 def secret_name(key: str) -> bool:

@@ -322,3 +322,10 @@ def test_a_file_without_a_prompt_column_names_the_yaml_that_reads_it(tmp_path: P
                                             "category_column": "topic"},
                                            tmp_path))
     assert [(p.text, p.category) for p in loaded.prompts] == [("How do I reset my password?", "account")]
+
+
+def test_the_builtin_names_the_options_list_are_the_builtin_datasets() -> None:
+    from pytest_orbench import BUILTIN_DATASETS
+    from pytest_orbench.dataset import BUILTINS
+
+    assert tuple(BUILTINS) == BUILTIN_DATASETS

@@ -184,3 +184,20 @@ def test_help_shows_while_the_settings_are_wrong(pytester: pytest.Pytester, monk
     result = pytester.runpytest("--orbench", "--orbench-model", "openai/gpt-4o-mini", "--help")
     assert result.ret == 0
     result.stdout.fnmatch_lines(["*--orbench-model*"])
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_heap_is_frozen_at_exit_only_when_enabled(pytester: pytest.Pytester, mock: Any, enabled: bool) -> None:
+    # A conftest's exit handler is registered before the plugin's, so it runs after it: it sees the heap
+    # frozen (the exit's collections skip it) only when the prompts were asked, and nothing before exit.
+    pytester.makeconftest("""
+        import atexit, gc
+        atexit.register(lambda: print("FROZEN AT EXIT", gc.get_freeze_count() > 0))
+        def pytest_sessionfinish():
+            print("FROZEN AT SESSION END", gc.get_freeze_count() > 0)
+    """)
+    pytester.makepyfile(test_mine="def test_mine():\n    pass\n")
+    args = mock_args(mock, "--orbench-sample", "2", "--orbench-seed", "5", "-s")
+    result = pytester.runpytest_subprocess(*(args if enabled else ["-s", "-p", "no:cacheprovider"]))
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*FROZEN AT SESSION END False*", f"*FROZEN AT EXIT {enabled}*"])

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from pytest_orbench import DEFAULT_JUDGE
 from pytest_orbench.judge import KeywordJudge, Verdict
 from pytest_orbench.lexical import RefusalModel
-from pytest_orbench.spec import DEFAULT_JUDGE
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "train_judge.py"
