@@ -1,12 +1,15 @@
-"""The sticky PR comment: its body from the shared renderer, found by marker and author, updated in place."""
+"""The sticky PR comment: its body from the shared renderer, found by marker and author, updated in place.
+Nothing but the standard library and `action.github` at import: install_failed.py posts with it before
+anything is installed."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from action.github import GitHub, GitHubError
-from pytest_orbench.markdown import render_markdown_within
-from pytest_orbench.records import ResultsDocument
+
+if TYPE_CHECKING:
+    from pytest_orbench.records import ResultsDocument
 
 GITHUB_LIMIT = 65536  # characters in an issue comment body
 
@@ -16,6 +19,9 @@ def marker(config_id: str) -> str:
 
 
 def build_body(results: ResultsDocument, config_id: str, max_chars: int = GITHUB_LIMIT) -> str:
+    # Imported here: without results (install_failed.py) this module runs on the runner's bare Python.
+    from pytest_orbench.markdown import render_markdown_within
+
     head = marker(config_id) + "\n"
     return head + render_markdown_within(results, max_chars - len(head))
 

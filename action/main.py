@@ -117,6 +117,10 @@ def _no_results(settings: ActionSettings, github_factory: Callable[[ActionSettin
         detail = detail or "see the Run step's error above"
     elif detail:
         message = "pytest --orbench stopped with a usage error before any result, so nothing was compared"
+        if settings.from_fork and ("no API key" in detail or "which is not set" in detail):
+            # The key is set in the repository's secrets, yet missing: GitHub gives a fork's pull request none.
+            message += (" (a pull request from a fork gets no repository secrets, so the provider key is empty here; "
+                        "see Fork PRs in docs/action.md for the workflow_run pattern)")
     else:
         message = (f"pytest --orbench wrote no results (exit code {settings.pytest_exit_code}), so nothing was "
                    "compared; see the Run step's log for the usage error or crash")

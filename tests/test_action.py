@@ -196,6 +196,23 @@ def test_the_run_steps_usage_error_is_named_in_the_comment(env: dict[str, str], 
     assert outputs(env)["verdict"] == "inconclusive"
 
 
+@pytest.mark.parametrize("fork", [True, False])
+def test_a_missing_key_on_a_fork_pull_request_says_forks_get_no_secrets(env: dict[str, str], github: FakeGitHub,
+                                                                       monkeypatch: pytest.MonkeyPatch, fork: bool) -> None:
+    repos = ("someone/bot", "acme/bot") if fork else ("acme/bot", "acme/bot")
+    Path(env["GITHUB_EVENT_PATH"]).write_text(json.dumps({"pull_request": {
+        "number": 7, "head": {"repo": {"full_name": repos[0]}}, "base": {"repo": {"full_name": repos[1]}}}}),
+        encoding="utf-8")
+    monkeypatch.setenv("ORBENCH_PYTEST_EXIT_CODE", "4")
+    Path(env["ORBENCH_RESULTS_PATH"]).with_name("orbench-stderr").write_text(
+        "ERROR: pytest-orbench: no API key for model 'openai/gpt-4o-mini': set OPENAI_API_KEY, or name another "
+        "variable with --orbench-api-key-env\n", encoding="utf-8")
+    assert main() == 1
+    (comment,) = github.comments.values()
+    assert "no API key for model" in comment["body"]
+    assert ("a pull request from a fork gets no repository secrets" in comment["body"]) is fork
+
+
 def test_untrusted_text_cannot_break_the_comment(env: dict[str, str], github: FakeGitHub) -> None:
     results = regressed()
     for p in results["prompts"]:

@@ -32,9 +32,10 @@ EXPRESSION = re.compile(r"\$\{\{\s*(.+?)\s*\}\}")
 class Runner:
     """Just enough of a GitHub runner for a composite action: expressions, env, GITHUB_OUTPUT, bash."""
 
-    def __init__(self, workspace: Path, temp: Path, python_bin: Path, env: dict[str, str]) -> None:
+    def __init__(self, workspace: Path, temp: Path, python_bin: Path, env: dict[str, str], share_install: bool = True) -> None:
         self.action = yaml.safe_load((REPO / "action.yml").read_text(encoding="utf-8"))
         self.workspace, self.temp, self.python_bin, self.env = workspace, temp, python_bin, env
+        self.share_install = share_install  # False: this run's install step builds its own environment
 
     def run(self, inputs: dict[str, str], token: str) -> tuple[int, dict[str, str], str]:
         values = {name: spec.get("default", "") for name, spec in self.action["inputs"].items()}
@@ -55,7 +56,26 @@ class Runner:
             return EXPRESSION.sub(one, text)
 
         log = []
+        failed: int | None = None  # the exit status of the first failed step: the job's
+        outcomes: dict[str, str] = {}
+
+        def condition(text: str) -> bool:
+            """A composite step's `if:`, the part of the expression language action.yml uses: status
+            functions (of this action's steps) and `steps.<id>.outcome == '...'`, joined by &&."""
+            values = []
+            for term in (t.strip() for t in text.split("&&")):
+                outcome = re.fullmatch(r"steps\.([\w-]+)\.outcome == '(\w+)'", term)
+                if outcome:
+                    values.append(outcomes.get(outcome.group(1), "") == outcome.group(2))
+                else:
+                    assert term in ("failure()", "success()", "always()"), f"not understood here: {term}"
+                    values.append(term == "always()" or (failed is not None) == (term == "failure()"))
+            return all(values)
+
         for number, step in enumerate(self.action["runs"]["steps"]):
+            if not condition(step.get("if", "success()")):
+                outcomes[step.get("id", f"step{number}")] = "skipped"
+                continue
             if "uses" in step:
                 # The venv below plays its part: the interpreter it found, left off the job's PATH.
                 assert re.fullmatch(r"actions/setup-python@[0-9a-f]{40}", step["uses"])  # a commit, not a tag
@@ -65,8 +85,9 @@ class Runner:
                 # The action's own environment, made and installed by its install step once for the module's
                 # tests: each test has its own runner.temp, so a later test finds the first one's linked there.
                 own, first = self.temp / f"orbench-venv-{platform.python_version()}", self.python_bin.parent.parent / "own"
-                if first.is_file() and not own.exists():
+                if self.share_install and first.is_file() and not own.exists():
                     own.symlink_to(first.read_text(), target_is_directory=True)
+                outcomes[step["id"]] = "success"
                 continue
             output = self.temp / f"step-{number}-output"
             output.write_text("")
@@ -83,13 +104,15 @@ class Runner:
                                       cwd=self.workspace, env=env, capture_output=True, text=True, timeout=600)
             log.append(proc.stdout + proc.stderr)
             steps[step.get("id", f"step{number}")] = parse_outputs(output.read_text())
-            if step.get("id") == "install" and not (self.python_bin.parent.parent / "own").is_file():
+            if step.get("id") == "install" and proc.returncode == 0 and self.share_install and \
+                    not (self.python_bin.parent.parent / "own").is_file():
                 made = self.temp / f"orbench-venv-{platform.python_version()}"
                 (self.python_bin.parent.parent / "own").write_text(str(made.resolve()))
-            if proc.returncode != 0:
-                break  # the job fails here; outputs set before the failure still resolve
+            outcomes[step.get("id", f"step{number}")] = "success" if proc.returncode == 0 else "failure"
+            if proc.returncode != 0 and failed is None:
+                failed = proc.returncode  # the job fails; later steps run only if their `if:` asks for that
         outputs = {name: resolve(spec["value"]) for name, spec in self.action["outputs"].items()}
-        return proc.returncode, outputs, "\n".join(log)
+        return failed or 0, outputs, "\n".join(log)
 
 
 def parse_outputs(text: str) -> dict[str, str]:
@@ -224,6 +247,39 @@ def test_action_fails_a_regressing_pr_passes_the_fix_and_edits_one_comment(
     assert code == 0 and outputs["verdict"] == "pass", log
     assert "::warning title=pytest-orbench::could not post the PR comment (GitHub API 403" in log
     assert github.token not in log + (temp / "summary.md").read_text()
+
+
+def test_an_install_that_fails_marks_the_earlier_verdict_inconclusive(tmp_path: Path, venv: Path, github: FakeGitHub) -> None:
+    """The package index is down (or a hash no longer matches): no step after the install runs, and the
+    pass an earlier push left on the pull request must not stand for this red job."""
+    from action.comment import marker
+    from action.settings import from_env
+
+    workspace, temp = tmp_path / "repo", tmp_path / "runner-temp"
+    workspace.mkdir()
+    temp.mkdir()
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"pull_request": {"number": 42}}), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GITHUB_", "PIP_"))}
+    env.update({
+        "GITHUB_API_URL": github.url, "GITHUB_REPOSITORY": github.repository, "GITHUB_EVENT_PATH": str(event),
+        "GITHUB_WORKFLOW": "orbench", "GITHUB_JOB": "gate",
+        # Nothing answers there: pip cannot fetch a single locked file.
+        "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_RETRIES": "0", "PIP_TIMEOUT": "5", "PIP_NO_CACHE_DIR": "1",
+        "PIP_CONFIG_FILE": os.devnull,
+    })
+    config_id = from_env({**env, "ORBENCH_RESULTS_PATH": "r.json"}).config_id
+    earlier = github.add_comment(42, f"{marker(config_id)}\n### OR-Bench over-refusal check: ✅ **pass**", github.author)
+    someone = github.add_comment(42, f"quoting {marker(config_id)}", "alice")  # a person's comment is never edited
+    code, outputs, log = Runner(workspace, temp, venv, env, share_install=False).run(
+        {"model": "openai/orbench-mock", "baseline": "baseline.json"}, github.token)
+    assert code != 0, log
+    assert "::error title=pytest-orbench::the action could not install its pinned dependencies" in log
+    body = github.comments[earlier["id"]]["body"]
+    assert "inconclusive" in body and "could not install" in body and "✅" not in body, body
+    assert github.comments[someone["id"]]["body"] == f"quoting {marker(config_id)}"
+    assert len(github.comments) == 2
+    assert github.token not in log + body
 
 
 @pytest.mark.slow  # shares the module's installed environment with the other slow tests here: same worker

@@ -1,0 +1,46 @@
+"""The install step failed: mark the PR comment inconclusive. `python -P path/to/action/install_failed.py`
+
+No other step ran, so an earlier verdict on the pull request (perhaps a pass) would stand for a run that
+checked nothing while the job is red. This runs on the runner's Python as setup-python left it, with the
+standard library only: what failed to install (github-action-utils, the lock) is not needed here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from action.comment import upsert  # noqa: E402
+from action.github import GitHub, GitHubError  # noqa: E402
+from action.settings import ActionSettingsError, from_env  # noqa: E402
+
+NOTICE = ("the action could not install its pinned dependencies (see the install step's log: a package index "
+          "outage, or a file whose hash no longer matches the lock), so nothing was run or compared")
+
+
+def main() -> int:
+    try:
+        settings = from_env(os.environ)
+    except ActionSettingsError as exc:
+        print(f"::warning title=pytest-orbench::the PR comment was not marked inconclusive: {exc}", file=sys.stderr)
+        return 1
+    print(f"::error title=pytest-orbench::{NOTICE}", file=sys.stderr)
+    if settings.pr_number is None or settings.comment == "never":
+        return 1
+    github = GitHub(settings.api_url, settings.token, settings.repository)
+    try:
+        action, url = upsert(github, settings.pr_number, None, settings.config_id, settings.comment, NOTICE,
+                             run=settings.run, use=settings.results_path.parent.name)
+    except GitHubError as exc:
+        print(f"::warning title=pytest-orbench::could not mark the PR comment inconclusive ({exc})", file=sys.stderr)
+        return 1
+    print(f"pytest-orbench: PR comment {action}{': ' + url if url else ''}")
+    return 1  # the job stays failed: the install step's own failure is what it reports
+
+
+if __name__ == "__main__":
+    sys.exit(main())
