@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
 import gc
 import os
 import shlex
@@ -17,7 +16,6 @@ if TYPE_CHECKING:
     from pytest_orbench.session import OrbenchPlugin
 
 PLUGIN_KEY: pytest.StashKey[OrbenchPlugin] = pytest.StashKey()
-_EXIT_FREEZE = False  # registered once per process, however many sessions (pytester) run in it
 NODE_PREFIX = "orbench/"  # prompt tests are `orbench/<dataset>::<category>-<id>`: no file behind them
 
 
@@ -47,6 +45,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # Imported only when enabled: settings bring yaml, the gate, the store and the baseline. The import
     # allocates only what lives as long as the process (modules, classes, compiled rules): the collector,
     # which would rescan pytest's whole heap several times meanwhile (~50 ms), waits until it is done.
+    # (Never gc.freeze() at exit to skip the last collections: your objects in reference cycles, a file
+    # kept on the config or in a conftest, would never be finalized, their buffered writes lost.)
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -63,21 +63,6 @@ def pytest_configure(config: pytest.Config) -> None:
     plugin = OrbenchPlugin(config, settings, selected=selected)
     config.stash[PLUGIN_KEY] = plugin
     config.pluginmanager.register(plugin, "orbench-session")
-    _skip_heap_teardown()
-
-
-def _skip_heap_teardown() -> None:
-    """At interpreter exit CPython garbage-collects and tears down every object left: 0.2-0.3 s for a
-    session of 2,000 prompt tests, a fifth of a warm re-run. Freezing the heap in an exit handler makes
-    those last collections skip it, as the fetch process does for its litellm import. Nothing is lost:
-    it runs after pytest has finished (its end-of-session collections, the reports, the store's close);
-    exit handlers that flush (logging's) still run, and Python never promised finalizers for objects
-    that still exist at exit. Only at exit: a program that calls pytest.main() and goes on is unaffected
-    until it ends."""
-    global _EXIT_FREEZE
-    if not _EXIT_FREEZE:
-        _EXIT_FREEZE = True
-        atexit.register(gc.freeze)
 
 
 def _check_rootdir(config: pytest.Config) -> None:
