@@ -61,9 +61,13 @@ class Runner:
 
         def condition(text: str) -> bool:
             """A composite step's `if:`, the part of the expression language action.yml uses: status
-            functions (of this action's steps) and `steps.<id>.outcome == '...'`, joined by &&."""
+            functions (of this action's steps) and `steps.<id>.outcome == '...'`, joined by &&. As on GitHub,
+            an `if:` that calls no status function means `success() && (...)`: it never runs after a failure."""
+            terms = [t.strip() for t in text.split("&&")]
+            if not any(t in ("failure()", "success()", "always()", "cancelled()") for t in terms):
+                terms.insert(0, "success()")
             values = []
-            for term in (t.strip() for t in text.split("&&")):
+            for term in terms:
                 outcome = re.fullmatch(r"steps\.([\w-]+)\.outcome == '(\w+)'", term)
                 if outcome:
                     values.append(outcomes.get(outcome.group(1), "") == outcome.group(2))
@@ -73,6 +77,7 @@ class Runner:
             return all(values)
 
         for number, step in enumerate(self.action["runs"]["steps"]):
+            assert "continue-on-error" not in step, "not played here: a failure would have to leave the job green"
             if not condition(step.get("if", "success()")):
                 outcomes[step.get("id", f"step{number}")] = "skipped"
                 continue
@@ -247,6 +252,26 @@ def test_action_fails_a_regressing_pr_passes_the_fix_and_edits_one_comment(
     assert code == 0 and outputs["verdict"] == "pass", log
     assert "::warning title=pytest-orbench::could not post the PR comment (GitHub API 403" in log
     assert github.token not in log + (temp / "summary.md").read_text()
+
+
+def test_the_runner_runs_and_skips_steps_as_github_does(tmp_path: Path) -> None:
+    """The runner decides which steps run after a failure as GitHub does, or a test of action.yml could
+    pass on a step GitHub never runs: no `if:` and an `if:` without a status function are skipped."""
+    runner = Runner(tmp_path, tmp_path, tmp_path / "bin", {"PATH": os.environ["PATH"]})
+    said = 'echo "ran=yes" >> "$GITHUB_OUTPUT"'
+    runner.action["runs"]["steps"] = [
+        {"id": "first", "shell": "bash", "run": 'echo "set=before" >> "$GITHUB_OUTPUT"; exit 3'},
+        {"id": "plain", "shell": "bash", "run": said},
+        {"id": "implicit", "if": "steps.first.outcome == 'failure'", "shell": "bash", "run": said},
+        {"id": "explicit", "if": "failure() && steps.first.outcome == 'failure'", "shell": "bash", "run": said},
+        {"id": "success", "if": "success()", "shell": "bash", "run": said},
+        {"id": "always", "if": "always() && steps.plain.outcome == 'skipped'", "shell": "bash", "run": said},
+    ]
+    runner.action["outputs"] = {"set": {"value": "${{ steps.first.outputs.set }}"}} | {
+        name: {"value": f"${{{{ steps.{name}.outputs.ran }}}}"} for name in ("plain", "implicit", "explicit", "success", "always")}
+    code, outputs, _ = runner.run({}, "token")
+    assert code == 3
+    assert outputs == {"set": "before", "plain": "", "implicit": "", "explicit": "yes", "success": "", "always": "yes"}
 
 
 def test_an_install_that_fails_marks_the_earlier_verdict_inconclusive(tmp_path: Path, venv: Path, github: FakeGitHub) -> None:
