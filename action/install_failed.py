@@ -2,7 +2,8 @@
 
 No other step ran, so an earlier verdict on the pull request (perhaps a pass) would stand for a run that
 checked nothing while the job is red. This runs on the runner's Python as setup-python left it, with the
-standard library only: what failed to install (github-action-utils, the lock) is not needed here.
+standard library only: what failed to install (github-action-utils, the lock) is not needed here. Like
+the Report step after a run without results, it sets `verdict: inconclusive` and writes the job summary.
 """
 
 from __future__ import annotations
@@ -22,13 +23,22 @@ NOTICE = ("the action could not install its pinned dependencies (see the install
           "outage, or a file whose hash no longer matches the lock), so nothing was run or compared")
 
 
+def _append(variable: str, text: str) -> None:
+    """To the file the runner names in `variable` (GITHUB_OUTPUT, GITHUB_STEP_SUMMARY), when it names one."""
+    if os.environ.get(variable):
+        with open(os.environ[variable], "a", encoding="utf-8") as file:
+            file.write(text)
+
+
 def main() -> int:
+    print(f"::error title=pytest-orbench::{NOTICE}", file=sys.stderr)
+    _append("GITHUB_STEP_SUMMARY", f"### OR-Bench over-refusal check: ⚠️ **inconclusive**\n\n{NOTICE}\n")
+    _append("GITHUB_OUTPUT", "verdict=inconclusive\n")
     try:
         settings = from_env(os.environ)
     except ActionSettingsError as exc:
         print(f"::warning title=pytest-orbench::the PR comment was not marked inconclusive: {exc}", file=sys.stderr)
         return 1
-    print(f"::error title=pytest-orbench::{NOTICE}", file=sys.stderr)
     if settings.pr_number is None or settings.comment == "never":
         return 1
     github = GitHub(settings.api_url, settings.token, settings.repository)
@@ -38,6 +48,8 @@ def main() -> int:
     except GitHubError as exc:
         print(f"::warning title=pytest-orbench::could not mark the PR comment inconclusive ({exc})", file=sys.stderr)
         return 1
+    if url:
+        _append("GITHUB_OUTPUT", f"comment-url={url}\n")
     print(f"pytest-orbench: PR comment {action}{': ' + url if url else ''}")
     return 1  # the job stays failed: the install step's own failure is what it reports
 

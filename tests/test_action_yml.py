@@ -46,7 +46,11 @@ class Runner:
 
         def resolve(text: str) -> str:
             def one(match: re.Match[str]) -> str:
-                expr = match.group(1)
+                return evaluate(match.group(1))
+
+            def evaluate(expr: str) -> str:
+                if "||" in expr:  # GitHub's || gives its first truthy operand; of strings, the first non-empty
+                    return next((v for v in (evaluate(e.strip()) for e in expr.split("||")) if v), "")
                 if expr.startswith("inputs."):
                     return resolve(values[expr[7:]]) if expr[7:] not in inputs else inputs[expr[7:]]
                 if expr.startswith("steps."):
@@ -291,7 +295,7 @@ def test_an_install_that_fails_marks_the_earlier_verdict_inconclusive(tmp_path: 
         "GITHUB_WORKFLOW": "orbench", "GITHUB_JOB": "gate",
         # Nothing answers there: pip cannot fetch a single locked file.
         "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_RETRIES": "0", "PIP_TIMEOUT": "5", "PIP_NO_CACHE_DIR": "1",
-        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_CONFIG_FILE": os.devnull, "GITHUB_STEP_SUMMARY": str(temp / "summary.md"),
     })
     config_id = from_env({**env, "ORBENCH_RESULTS_PATH": "r.json"}).config_id
     earlier = github.add_comment(42, f"{marker(config_id)}\n### OR-Bench over-refusal check: ✅ **pass**", github.author)
@@ -304,7 +308,11 @@ def test_an_install_that_fails_marks_the_earlier_verdict_inconclusive(tmp_path: 
     assert "inconclusive" in body and "could not install" in body and "✅" not in body, body
     assert github.comments[someone["id"]]["body"] == f"quoting {marker(config_id)}"
     assert len(github.comments) == 2
-    assert github.token not in log + body
+    # The outputs and the job summary say so too, as after a run without results.
+    assert outputs["verdict"] == "inconclusive" and outputs["comment-url"] == github.comments[earlier["id"]]["html_url"]
+    assert outputs["results-path"] == ""
+    assert "inconclusive" in (temp / "summary.md").read_text()
+    assert github.token not in log + body + (temp / "summary.md").read_text()
 
 
 @pytest.mark.slow  # shares the module's installed environment with the other slow tests here: same worker
