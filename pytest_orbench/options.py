@@ -154,4 +154,19 @@ def register_options(parser: pytest.Parser) -> None:
                 metavar = {"int": "N", "float": "X", "path": "PATH", "list": "LIST"}.get(option.kind, option.key.upper())
                 group.addoption(option.flag, dest=option.dest, default=None, metavar=metavar, help=option.help)
         if option.ini:
-            parser.addini(option.dest, option.help, type="string", default="")
+            parser.addini(option.dest, option.help, type=_ini_type(option.kind), default="")
+
+
+# pytest 9.2 takes unions: a TOML number or boolean ([tool.pytest] keeps TOML's types) then reaches
+# settings.py as it is, and so does a string, which settings.py checks with a message naming the key.
+_UNIONS = pytest.version_tuple >= (9, 2)
+
+
+def _ini_type(kind: str) -> Any:
+    if kind == "list":
+        # A TOML list, or an ini value's lines. As "string", a list was deprecated in pytest 9.2 (an error
+        # under filterwarnings = error) and refused outright in [tool.pytest].
+        return "linelist"
+    if _UNIONS and kind in ("int", "float", "bool"):
+        return {"int": int | str, "float": float | str, "bool": bool | str}[kind]
+    return "string"

@@ -200,8 +200,10 @@ def _merged(config: pytest.Config, yaml_data: dict[str, Any], yaml_base: Path) -
         elif option.key in yaml_data:
             values[option.key] = _coerce(option, yaml_data[option.key], "orbench.yaml")
             bases[option.key] = yaml_base
-        elif option.ini and config.getini(option.dest) not in ("", None):
-            values[option.key] = _coerce(option, config.getini(option.dest), "ini")
+        elif option.ini and (raw := config.getini(option.dest)) not in ("", None, []):
+            if option.kind == "list":  # a TOML list or an ini value's lines, each of which may list several
+                raw = [part.strip() for line in raw for part in str(line).split(",") if part.strip()]
+            values[option.key] = _coerce(option, raw, "ini")
             bases[option.key] = config.rootpath
         else:
             values[option.key], bases[option.key] = option.default, config.rootpath

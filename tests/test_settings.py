@@ -58,6 +58,37 @@ def test_gate_settings_follow_the_documented_precedence(pytester: pytest.Pyteste
     assert build_settings(pytester.parseconfig("--orbench", "--orbench-alpha", "0.3")).gate.alpha == 0.3
 
 
+def test_pyproject_values_keep_their_toml_types(pytester: pytest.Pytester) -> None:
+    from pytest_orbench.settings import build_settings
+
+    # Once a TOML list under [tool.pytest.ini_options] (the natural `orbench_datasets = [...]`) went to a
+    # 'string' ini option: pytest 9.2 warned that pytest 10 refuses it, and under filterwarnings = error
+    # (this suite's own setting) the run died with an INTERNALERROR. An ini file's lines work too.
+    pytester.makepyprojecttoml('[tool.pytest.ini_options]\norbench_model = "openai/x"\n'
+                               'orbench_datasets = ["toxic", "xstest-safe"]\norbench_sample = 5\n')
+    settings = build_settings(pytester.parseconfig("--orbench"))
+    assert ([d.name for d in settings.datasets], settings.sample) == (["toxic", "xstest-safe"], 5)
+    (pytester.path / "pyproject.toml").unlink()
+    pytester.makeini("[pytest]\norbench_model = openai/x\norbench_datasets =\n    toxic\n    hard-1k,xstest-safe\n")
+    assert [d.name for d in build_settings(pytester.parseconfig("--orbench")).datasets] == ["toxic", "hard-1k", "xstest-safe"]
+
+
+@pytest.mark.skipif(pytest.version_tuple < (9, 2), reason="[tool.pytest] with native TOML types and union ini types: pytest 9.2")
+def test_native_toml_table_takes_numbers_and_booleans(pytester: pytest.Pytester) -> None:
+    from pytest_orbench.settings import build_settings
+
+    # pytest 9's [tool.pytest] table keeps TOML's types: `orbench_sample = 20` was refused as
+    # "expects a string, got int", though the settings reference offers every key there.
+    pytester.makepyprojecttoml('[tool.pytest]\norbench_model = "openai/x"\norbench_sample = 20\norbench_seed = 1\n'
+                               'orbench_alpha = 0.1\norbench_tolerance_pp = 2\norbench_offline = true\n'
+                               'orbench_datasets = ["toxic"]\n')
+    settings = build_settings(pytester.parseconfig("--orbench"))
+    assert (settings.sample, settings.seed, settings.gate.alpha, settings.gate.tolerance_pp, settings.offline) == (20, 1, 0.1, 2.0, True)
+    assert [d.name for d in settings.datasets] == ["toxic"]
+    pytester.makepyprojecttoml('[tool.pytest]\norbench_model = "openai/x"\norbench_sample = "many"\n')
+    usage_error(pytester.runpytest("--orbench", "--collect-only"), "ini option 'orbench_sample' must be int, got 'many'")
+
+
 def test_unknown_yaml_key_suggests_the_right_one(pytester: pytest.Pytester) -> None:
     pytester.makefile(".yaml", orbench="model: openai/x\nconcurency: 8\n")
     usage_error(pytester.runpytest("--orbench"), "unknown key 'concurency' in *orbench.yaml: did you mean 'concurrency'?")
