@@ -167,7 +167,7 @@ def base_arguments(env: Mapping[str, str], temp: Path) -> tuple[list[str], dict[
         try:
             text = extract(text, where, selector)
         except KeyAbsent as exc:  # the pull request added the key: the base had no such prompt
-            text, absent = None, f"{exc} on {base_ref}"
+            text, absent = None, f"{exc.what} on {base_ref}"
         except PromptFileError as exc:
             raise BaseBranchError(f"cannot read the system prompt on the base branch: {exc}") from None
     if selector:

@@ -25,7 +25,12 @@ class PromptFileError(ValueError):
 
 
 class KeyAbsent(PromptFileError):
-    """The file has no such key (on a base branch: that branch has no system prompt there)."""
+    """The file has no such key (on a base branch: that branch has no system prompt there). `what` is the
+    message without what the file holds instead."""
+
+    def __init__(self, what: str, there: str = "") -> None:
+        super().__init__(f"{what}: {there}" if there else what)
+        self.what = what
 
 
 def split(spec: str) -> tuple[str, str | None]:
@@ -52,12 +57,12 @@ def extract(text: str, path: str, key: str | None) -> str:
             f"{path} is a {what} file, and sent whole its other {'names' if what == 'Python' else 'keys'} would be "
             f"part of the system prompt: name the key that holds the prompt ({path}#{example}, dotted for nested "
             f"keys), or send the whole file as text with {path}#")
+    walked: list[str] = []
     if what == "Python":
         data: Any = _python(text, path, key.split(".", 1)[0])
-        parts = key.split(".")[1:]
+        walked, parts = key.split(".")[:1], key.split(".")[1:]
     else:
         data, parts = _structured(text, path, what), key.split(".")
-    walked: list[str] = []
     for part in parts:
         walked.append(part)
         if isinstance(data, dict) and part in data:
@@ -65,12 +70,27 @@ def extract(text: str, path: str, key: str | None) -> str:
         elif isinstance(data, list) and part.lstrip("-").isdigit() and -len(data) <= int(part) < len(data):
             data = data[int(part)]
         else:
-            raise KeyAbsent(f"{path} has no {'.'.join(walked)!r}" + ("" if len(walked) == 1 else f" (in {key!r})"))
+            missing = ".".join(walked)
+            raise KeyAbsent(f"{path} has no {missing!r}" + ("" if missing == key else f" (looking for {key!r})"),
+                            _what_is_there(data, ".".join(walked[:-1])))
     if not isinstance(data, str):
         name = type(data).__name__
         raise PromptFileError(f"{path}#{key} is {'an' if name[0] in 'aeiou' else 'a'} {name}, not a string: name the key "
                               "of the prompt text")
     return data
+
+
+def _what_is_there(data: Any, where: str) -> str:
+    """What the key that was not found could have been: the keys beside it, a list's indexes, or a value's type."""
+    if isinstance(data, dict):
+        names = [str(k) for k in data]
+        shown = ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
+        return (f"the keys of {where!r} are {shown}" if where else f"its top-level keys are {shown}") if names else \
+            (f"{where!r} is empty" if where else "it holds no keys")
+    if isinstance(data, list):
+        return f"{where!r} is a list of {len(data)} items" + (f" (0 to {len(data) - 1})" if data else "")
+    name = type(data).__name__
+    return f"{where!r} is {'an' if name[0] in 'aeiou' else 'a'} {name}" if where else f"the file holds {'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
 def _structured(text: str, path: str, what: str) -> Any:

@@ -536,5 +536,8 @@ def test_base_branch_reads_a_system_prompt_under_a_key_of_a_config_file(tmp_path
         assert args[-1] == "--orbench-base-system-prompt-file=" and "system_prompt_from" not in info
         assert info["notes"] == ["services/bot/prompts.py assigns no 'NEW' at module level on main: the base has no "
                                  "system prompt"]
+        # The same of a YAML key: the note leaves out what main's file holds instead (the usage error says it).
+        _, info = base_arguments({**env, "ORBENCH_SYSTEM_PROMPT_FILE": "services/bot/bot.yaml#prompts.sales"}, tmp_path)
+        assert info["notes"] == ["services/bot/bot.yaml has no 'prompts.sales' on main: the base has no system prompt"]
     finally:
         os.chdir(cwd)

@@ -53,9 +53,15 @@ def test_extract(text: str, path: str, key: str | None, expected: str) -> None:
      "that holds the prompt (config/bot.yaml#system_prompt, dotted for nested keys), or send the whole file as text "
      "with config/bot.yaml#"),
     (BOT_PY, "app/prompts.py", None, PromptFileError, "app/prompts.py is a Python file, and sent whole its other names"),
-    (BOT_YAML, "bot.yaml", "prompts.sales", KeyAbsent, "bot.yaml has no 'prompts.sales' (in 'prompts.sales')"),
-    (BOT_YAML, "bot.yaml", "system_prompt", KeyAbsent, "bot.yaml has no 'system_prompt'"),
-    (BOT_YAML, "bot.yaml", "prompts.list.5", KeyAbsent, "bot.yaml has no 'prompts.list.5'"),
+    # A missing key once said only "has no 'prompts.sales' (in 'prompts.sales')": now what is there instead.
+    (BOT_YAML, "bot.yaml", "prompts.sales", KeyAbsent, "bot.yaml has no 'prompts.sales': the keys of 'prompts' are support, list"),
+    (BOT_YAML, "bot.yaml", "system_prompt", KeyAbsent,
+     "bot.yaml has no 'system_prompt': its top-level keys are name, model, temperature, prompts"),
+    (BOT_YAML, "bot.yaml", "prompts.list.5", KeyAbsent, "bot.yaml has no 'prompts.list.5': 'prompts.list' is a list of 2 items (0 to 1)"),
+    (BOT_YAML, "bot.yaml", "prompts.sales.text", KeyAbsent,
+     "bot.yaml has no 'prompts.sales' (looking for 'prompts.sales.text'): the keys of 'prompts' are support, list"),
+    (BOT_YAML, "bot.yaml", "temperature.x", KeyAbsent, "bot.yaml has no 'temperature.x': 'temperature' is an int"),
+    (BOT_PY, "prompts.py", "PROMPTS.sales", KeyAbsent, "prompts.py has no 'PROMPTS.sales': the keys of 'PROMPTS' are support, n"),
     (BOT_YAML, "bot.yaml", "temperature", PromptFileError, "bot.yaml#temperature is an int, not a string"),
     (BOT_YAML, "bot.yaml", "prompts", PromptFileError, "bot.yaml#prompts is a dict, not a string"),
     ("a: [", "bot.yaml", "a", PromptFileError, "bot.yaml is not valid YAML"),
