@@ -182,6 +182,13 @@ def check_comparable(baseline: BaselineDocument, run: RunMeta, prompt_hashes: di
                        ("revision", "revision")):
         if old_run.get(key) != run.get(key):
             changes.append({"what": label, "baseline": old_run.get(key), "current": run.get(key)})
+    # The same model asked at another server (a new gateway, another vLLM deployment, the live base's
+    # --orbench-base-api-base) can answer otherwise: said, as the judge's endpoint is. Both sides are
+    # recorded without credentials or query (session._endpoint_meta).
+    old_base, new_base = old_run.get("api_base"), run.get("api_base")
+    if old_base != new_base:
+        changes.append({"what": "api_base", "baseline": old_base, "current": new_base,
+                        "message": f"{old_base or 'none'} → {new_base or 'none'}"})
     for key, label in (("api_base", "judge endpoint"), ("params", "judge params")):
         # The same judge model asked elsewhere or otherwise (another max_tokens, temperature): comparable, and
         # said. Baselines written before these were recorded have neither, and say nothing.

@@ -54,6 +54,24 @@ def test_a_stricter_system_prompt_fails_live_with_the_exact_newly_refused_prompt
     assert again.ret == pytest.ExitCode.TESTS_FAILED and stats(server.url)["completions"] == 60
 
 
+def test_a_base_at_another_server_names_it_under_what_changed(
+        pytester: pytest.Pytester, mock_factory: Callable[..., MockServer], data_dir: Path) -> None:
+    # The same model at a new deployment, compared with the one it replaces: the report once said "What
+    # changed: nothing in the configuration (same endpoint, ...)" though `differs` was ["api_base"].
+    mini_set(pytester, data_dir)
+    head, old = mock_factory(), mock_factory()
+    result = pytester.runpytest(*mock_args(head, "--orbench-datasets", "mini.csv:answer",
+                                           f"--orbench-base-api-base={old.url}", "--orbench-json", "r.json",
+                                           "--orbench-markdown", "r.md"))
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["orbench gate: PASS", f"  changed: api_base: {old.url} → {head.url}"])
+    data = load(pytester.path / "r.json")
+    assert data["run"]["base"]["differs"] == ["api_base"]
+    assert [c["what"] for c in data["changes"]] == ["api_base"]
+    markdown = (pytester.path / "r.md").read_text(encoding="utf-8")
+    assert "- api\\_base: " in markdown and "same endpoint" not in markdown
+
+
 def test_identical_base_and_head_share_their_calls_and_compare_nothing(
         pytester: pytest.Pytester, mock_factory: Callable[..., MockServer], data_dir: Path) -> None:
     mini_set(pytester, data_dir)

@@ -21,7 +21,7 @@ from pytest_orbench.baseline import (
 from pytest_orbench.gate import GateConfigError, assess, evaluate, parse_gate
 from pytest_orbench.markdown import md_escape, render_markdown, render_markdown_within
 from pytest_orbench.records import ResultsError, load_results
-from pytest_orbench.report import results_document, summarize
+from pytest_orbench.report import gate_lines, results_document, summarize
 
 
 def make_results(refused: dict[str, list[bool | None]], *, system: str | None = None, judge_version: str = "1",
@@ -539,6 +539,27 @@ def test_served_model_change_is_named_even_under_the_same_model_string() -> None
     assert served["message"] == "openai/gpt-4o served gpt-4o-2024-08-06 → gpt-4o-2024-11-20"
     assert any(c["what"] == "system fingerprint" for c in results["changes"])
     assert "openai/gpt-4o served gpt-4o-2024-08-06 → gpt-4o-2024-11-20" in render_markdown(results)
+
+
+def test_another_api_base_is_named_not_reported_as_the_same_endpoint() -> None:
+    # The same model string at another server (a new gateway, the live base's --orbench-base-api-base)
+    # was compared as "nothing in the configuration (same endpoint, ...)".
+    old = make_results({"hard-1k": [False] * 10})
+    old["run"]["api_base"] = "http://old-gateway:8000/v1"
+    now = make_results({"hard-1k": [False] * 10})
+    now["run"]["api_base"] = "http://new-gateway:8000/v1"
+    results = assess(now, baseline_document(old), parse_gate({}))
+    assert results["changes"] == [{"what": "api_base", "baseline": "http://old-gateway:8000/v1",
+                                   "current": "http://new-gateway:8000/v1",
+                                   "message": "http://old-gateway:8000/v1 → http://new-gateway:8000/v1"}]
+    body = render_markdown(results)
+    assert "- api\\_base: http&#58;//old-gateway:8000/v1 → http&#58;//new-gateway:8000/v1" in body  # (no autolink)
+    assert "same endpoint" not in body
+    assert "  changed: api_base: http://old-gateway:8000/v1 → http://new-gateway:8000/v1" in gate_lines(results)
+    now["run"]["api_base"] = None  # the provider's own API (or its base URL variable)
+    assert check_comparable(baseline_document(old), now["run"], {})[0]["message"] == "http://old-gateway:8000/v1 → none"
+    now["run"]["api_base"] = "http://old-gateway:8000/v1"
+    assert check_comparable(baseline_document(old), now["run"], {}) == []
 
 
 def test_detectable_effect_warning_never_claims_more_than_100_pp() -> None:
