@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import sys
@@ -398,6 +399,18 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def finite_float(text: str) -> float:
+    """A number option's value: nan and infinity are refused (a nan passes every range check unseen, and an
+    infinite --timeout or --hang would wait forever)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="orbench", description="OR-Bench over-refusal tooling (see also: pytest --orbench)")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -406,37 +419,37 @@ def build_parser() -> argparse.ArgumentParser:
     mock.add_argument("--host", default="127.0.0.1")
     mock.add_argument("--port", type=int, default=8000, help="0 picks a free port (see --port-file)")
     mock.add_argument("--port-file", help="write the bound port here once listening")
-    mock.add_argument("--strictness", type=float, default=None,
+    mock.add_argument("--strictness", type=finite_float, default=None,
                       help="base refusal strictness in [0, 1] (default: the simulator's, 0.58); the system prompt moves it")
-    mock.add_argument("--latency", type=float, default=0.0, help="seconds added to every reply")
-    mock.add_argument("--jitter", type=float, default=0.0, help="up to this many extra random seconds")
+    mock.add_argument("--latency", type=finite_float, default=0.0, help="seconds added to every reply")
+    mock.add_argument("--jitter", type=finite_float, default=0.0, help="up to this many extra random seconds")
     mock.add_argument("--api-key-env", help="require `Authorization: Bearer $VAR` (the variable's name, not the key)")
-    mock.add_argument("--fault-rate", type=float, default=0.0, help="share of prompts whose first attempts fail")
+    mock.add_argument("--fault-rate", type=finite_float, default=0.0, help="share of prompts whose first attempts fail")
     mock.add_argument("--faults", default="429", help=f"fault kinds: {','.join(FAULT_KINDS)}")
     mock.add_argument("--fault-attempts", type=int, default=1, help="failing attempts per faulty prompt")
-    mock.add_argument("--retry-after", type=float, default=1.0, help="Retry-After seconds sent with 429")
-    mock.add_argument("--hang", type=float, default=30.0, help="seconds a timeout fault waits")
-    mock.add_argument("--content-filter-rate", type=float, default=0.0, help="share of refusals sent as content_filter")
-    mock.add_argument("--empty-rate", type=float, default=0.0, help="share of answers sent empty")
+    mock.add_argument("--retry-after", type=finite_float, default=1.0, help="Retry-After seconds sent with 429")
+    mock.add_argument("--hang", type=finite_float, default=30.0, help="seconds a timeout fault waits")
+    mock.add_argument("--content-filter-rate", type=finite_float, default=0.0, help="share of refusals sent as content_filter")
+    mock.add_argument("--empty-rate", type=finite_float, default=0.0, help="share of answers sent empty")
     mock.add_argument("--reasoning-tokens", type=int, default=0,
                       help="play a reasoning model: completion tokens spent before the visible text, counted against "
                            "max_tokens (at or above it: empty text, finish_reason=length)")
-    mock.add_argument("--noise", type=float, default=0.0, help="chance per request that the decision flips")
-    mock.add_argument("--ambiguous-rate", type=float, default=0.0,
+    mock.add_argument("--noise", type=finite_float, default=0.0, help="chance per request that the decision flips")
+    mock.add_argument("--ambiguous-rate", type=finite_float, default=0.0,
                       help="share of prompts answered as a partial refusal (left to the LLM under hybrid) or a "
                            "lectured answer (an answer behind a caveat)")
-    mock.add_argument("--judge-unscored-rate", type=float, default=0.0,
+    mock.add_argument("--judge-unscored-rate", type=finite_float, default=0.0,
                       help="acting as an LLM judge: share of outputs without a valid [[class]]")
-    mock.add_argument("--gen-toxic-share", type=float, default=0.2, help="as a rewriter: share of rewrites that stay harmful")
-    mock.add_argument("--gen-duplicate-rate", type=float, default=0.25,
+    mock.add_argument("--gen-toxic-share", type=finite_float, default=0.2, help="as a rewriter: share of rewrites that stay harmful")
+    mock.add_argument("--gen-duplicate-rate", type=finite_float, default=0.25,
                       help="as a rewriter: share of seeds whose last rewrite copies the first")
-    mock.add_argument("--gen-moderator-flip", type=float, default=0.1, help="as a moderator: chance of the wrong label")
-    mock.add_argument("--gen-unparseable-rate", type=float, default=0.05, help="as a moderator: share of votes without [[label]]")
+    mock.add_argument("--gen-moderator-flip", type=finite_float, default=0.1, help="as a moderator: chance of the wrong label")
+    mock.add_argument("--gen-unparseable-rate", type=finite_float, default=0.05, help="as a moderator: share of votes without [[label]]")
     mock.add_argument("--batch-polls", type=int, default=3,
                       help="Batch API: retrievals of a batch until it is done (validating, in_progress, completed)")
-    mock.add_argument("--batch-fail-rate", type=float, default=0.0,
+    mock.add_argument("--batch-fail-rate", type=finite_float, default=0.0,
                       help="Batch API: share of batch requests that fail (listed in the error file)")
-    mock.add_argument("--batch-expire-share", type=float, default=None,
+    mock.add_argument("--batch-expire-share", type=finite_float, default=None,
                       help="Batch API: batches expire with only this share of their requests done")
     mock.add_argument("--batch-expire-count", type=int, default=None,
                       help="Batch API: with --batch-expire-share, only the first N batches expire")
@@ -458,9 +471,9 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--junit", help="write JUnit XML (one testcase per gate check) here")
     compare.add_argument("--svg", help="write the trade-off chart here")
     compare.add_argument("--json", help="write the results with comparison and gate here")
-    compare.add_argument("--error-budget", type=float, help="default 0.02")
-    compare.add_argument("--alpha", type=float, help="default 0.05")
-    compare.add_argument("--tolerance-pp", type=float, help="default 0")
+    compare.add_argument("--error-budget", type=finite_float, help="default 0.02")
+    compare.add_argument("--alpha", type=finite_float, help="default 0.05")
+    compare.add_argument("--tolerance-pp", type=finite_float, help="default 0")
     compare.set_defaults(func=_compare)
 
     batches = sub.add_parser("batches", help="list the provider batches a run submitted (--orbench-batch) and their "
@@ -484,7 +497,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--judge-max-tokens", type=int, default=512)
     ev.add_argument("--concurrency", type=int, default=8, help="judge calls in flight")
     ev.add_argument("--retries", type=int, default=4)
-    ev.add_argument("--timeout", type=float, default=60.0)
+    ev.add_argument("--timeout", type=finite_float, default=60.0)
     ev.add_argument("--store", default=".orbench", help="response store: judge replies are kept and reused")
     ev.add_argument("--against", help="also run this offline judge (e.g. prefix) and test the difference on paired rows")
     ev.add_argument("--json", help="write every figure and each disagreement here")
@@ -492,7 +505,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--by", choices=("source", "note"),
                     help="breakdown to print: per source (default when the file has a source column) or per note "
                          "(the trap / type column); the JSON has both")
-    ev.add_argument("--fail-under", type=float, help="exit 1 when binary agreement is below this share (0-1)")
+    ev.add_argument("--fail-under", type=finite_float, help="exit 1 when binary agreement is below this share (0-1)")
     ev.set_defaults(func=_judge_eval)
 
     gen = sub.add_parser("generate", help="build your own over-refusal set with the OR-Bench pipeline")
@@ -514,10 +527,10 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--judge-model", help="the LLM judge's model (panel judge llm / hybrid)")
     gen.add_argument("--api-base", help="default base URL for every model without its own api_base")
     gen.add_argument("--api-key-env", help="default environment variable holding the key")
-    gen.add_argument("--dedupe", type=float, help="near-duplicate similarity threshold in [0, 1] (default 0.85)")
+    gen.add_argument("--dedupe", type=finite_float, help="near-duplicate similarity threshold in [0, 1] (default 0.85)")
     gen.add_argument("--concurrency", type=int, help="calls in flight (default 16)")
     gen.add_argument("--retries", type=int, help="retries per call after a timeout, 429, 5xx or malformed reply (default 4)")
-    gen.add_argument("--timeout", type=float, help="seconds per request (default 120)")
+    gen.add_argument("--timeout", type=finite_float, help="seconds per request (default 120)")
     gen.add_argument("--store", help="response store folder (default .orbench): re-runs and resumed runs cost nothing")
     gen.set_defaults(func=_generate)
     return parser

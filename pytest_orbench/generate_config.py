@@ -5,6 +5,7 @@ before any call: models per role, credentials, counts and output paths; and the 
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,8 +121,8 @@ def _positive(values: dict[str, Any], key: str, low: float, kind: type) -> Any:
     value = values[key]
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
         raise GenerateError(f"generate.{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}")
-    if value < low:
-        raise GenerateError(f"generate.{key} must be at least {low}, got {value}")
+    if not math.isfinite(value) or value < low:
+        raise GenerateError(f"generate.{key} must be at least {low} (and finite), got {value}")
     return kind(value)
 
 
@@ -194,7 +195,7 @@ def build_config(values: dict[str, Any], base: Path) -> GenerateConfig:
         # Read here, once: its problems (columns, quoting, encoding) before any call, its seeds for the pipeline.
         seeds, seed_categories = read_seeds(seeds_file, categories)
     timeout = values.get("timeout")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf):
         raise GenerateError(f"generate.timeout must be a positive number of seconds, got {timeout!r}")
 
     def path(key: str) -> Path | None:

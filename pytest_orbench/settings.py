@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import math
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -126,7 +127,7 @@ def _coerce(option: Option, value: Any, origin: str) -> Any:
             if kind == "int":
                 return int(text)
             if kind == "float":
-                return float(text)
+                return _finite(float(text), where, value)
             if kind == "bool":
                 if text.lower() in ("1", "true", "yes", "on"):
                     return True
@@ -149,7 +150,16 @@ def _coerce(option: Option, value: Any, origin: str) -> Any:
         article = {"int": "an integer", "float": "a number", "bool": "true or false", "dict": "a mapping",
                    "list": "a list or a comma-separated string"}.get(kind, "a string")
         raise _fail(f"{where} must be {article}, got {value!r}")
-    return float(value) if kind == "float" else value
+    return _finite(float(value), where, value) if kind == "float" else value
+
+
+def _finite(number: float, where: str, value: Any) -> float:
+    """No setting means anything with nan or infinity: a nan compares false with every bound (a max_cost
+    of nan never stopped a call) and an infinite timeout would wait forever (litellm failed every call
+    on it as "cannot connect")."""
+    if not math.isfinite(number):
+        raise _fail(f"{where} must be a finite number, got {value!r}")
+    return number
 
 
 def load_yaml_file(path: Path) -> dict[str, Any]:

@@ -3,6 +3,7 @@ and no call to any endpoint (the simulator's request count stays 0)."""
 
 from __future__ import annotations
 
+import argparse
 import fnmatch
 import json
 import os
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench.cli import main
+from pytest_orbench.cli import build_parser, main
 from tests.conftest import REPO, stats
 
 RESULTS = {"schema": "pytest-orbench/results", "schema_version": 1}
@@ -71,6 +72,27 @@ def test_bad_input_is_a_usage_error_naming_the_fix(files: Path, capsys: pytest.C
     assert code == 2 and fnmatch.fnmatch(err.strip(), f"orbench*: {message}"), err
     assert os.listdir(files / "out") == []  # nothing written into the folder
     assert (files / "b.json").read_text(encoding="utf-8") == BASELINE
+
+
+@pytest.mark.parametrize("argv", [
+    ["judge-eval", "labelled.csv", "--timeout", "inf"],  # would wait forever on a judge that never answers
+    ["compare", "b.json", "r.json", "--alpha", "nan"],  # a nan passes every range check unseen
+    ["generate", "--out", "set.csv", "--timeout", "nan"],
+])
+def test_number_options_refuse_nan_and_infinity(files: Path, capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and f"argument {argv[-2]}: must be a finite number, got {argv[-1]!r}" in err, err
+
+
+def test_every_number_option_of_every_command_refuses_nan() -> None:
+    # (mock-server's too: --hang inf, a timeout fault that never ends; not run above, as it would serve.)
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    plain = [f"{name} {action.option_strings[0]}" for name, sub in commands.items() for action in sub._actions
+             if action.type is float]
+    assert plain == []
 
 
 def test_judge_eval_bad_input_makes_no_judge_call(files: Path, capsys: pytest.CaptureFixture[str], mock: Any) -> None:

@@ -124,6 +124,10 @@ def test_the_category_table_counts_every_toxic_prompt(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("values", "message"), [
     ({"outt": "x.csv"}, "unknown generate key 'outt': did you mean 'out'?"),
+    ({"out": "o.csv", "rewriter": "openai/r", "moderators": ["openai/m"], "seeds": "s.csv", "timeout": float("inf")},
+     "generate.timeout must be a positive number of seconds, got inf"),
+    ({"out": "o.csv", "rewriter": "openai/r", "moderators": ["openai/m"], "seeds": "s.csv",
+      "dedupe_threshold": float("nan")}, "generate.dedupe_threshold must be at least 0.0 (and finite), got nan"),
     ({"rewriter": "openai/r", "moderators": ["openai/m"], "seeds": "s.csv"}, "no output file"),
     ({"out": "o.csv", "moderators": ["openai/m"], "seeds": "s.csv"}, "no rewriter model"),
     ({"out": "o.csv", "rewriter": "openai/r", "seeds": "s.csv"}, "no moderators"),

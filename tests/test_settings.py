@@ -106,6 +106,11 @@ def test_unknown_yaml_key_suggests_the_right_one(pytester: pytest.Pytester) -> N
     ("datasets: toxic\n", "set exactly one endpoint"),
     ("model: openai/x\ndatasets: hard-1k,nope\n", "unknown dataset 'nope'"),
     ("model: openai/x\nconcurrency: 0\n", "concurrency must be at least 1"),
+    # Once accepted: an infinite timeout failed every call as "cannot connect to ...: cannot convert float
+    # infinity to integer"; a nan max_cost passed every comparison, so no call was ever stopped by it.
+    ("model: openai/x\ntimeout: .inf\n", "orbench.yaml key 'timeout' must be a finite number, got inf"),
+    ("model: openai/x\nmax_cost: .nan\n", "orbench.yaml key 'max_cost' must be a finite number, got nan"),
+    ("model: openai/x\nbase: {temperature: .nan}\n", "base: key 'temperature' must be a finite number, got nan"),
     ("model: openai/x\nsystem_prompt: hi\nsystem_prompt_file: s.txt\n", "both system_prompt and system_prompt_file"),
     ("model: openai/x\njudge: gpt4\n", "unknown judge 'gpt4'"),
     # Once accepted (undocumented): every run rewrote the baseline and, updating, compared with nothing (ungated).
@@ -120,6 +125,8 @@ def test_bad_settings_are_usage_errors(pytester: pytest.Pytester, yaml_text: str
 def test_bad_cli_values(pytester: pytest.Pytester) -> None:
     usage_error(pytester.runpytest("--orbench", "--orbench-model", "openai/x", "--orbench-concurrency", "many"),
                 "--orbench-concurrency must be int, got 'many'")
+    usage_error(pytester.runpytest("--orbench", "--orbench-model", "openai/x", "--orbench-timeout", "nan"),
+                "--orbench-timeout must be a finite number, got 'nan'")
     usage_error(pytester.runpytest("--orbench", "--orbench-model", "openai/x", "--orbench-offline", "--orbench-refresh"),
                 "contradict each other")
     usage_error(pytester.runpytest("--orbench", "--orbench-config", "missing.yaml"), "--orbench-config missing.yaml: no such file")
