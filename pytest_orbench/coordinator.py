@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from pytest_orbench.fetchproc import FetchChild
     from pytest_orbench.settings import Settings
 
-GRACE = 60.0  # seconds: a worker counts a reply as fresh a little longer than the fetcher does (no wait on a race)
 # litellm costs a few ms of CPU per call: with enough prompts and cores, two fetch processes (each with
 # half the concurrency, so the session-wide limit holds) go faster than one (measured: 7.7-8.2 s vs
 # 10.4-11.7 s for 1,974 calls at 50 ms latency, 64 in flight, on 2 cores).
@@ -53,15 +52,18 @@ class Plan:
     shared: dict[int, int] = field(default_factory=dict)
 
 
-def make_plan(store: Store, judge: Judge, requests: list[Request], max_age: float | None, offline: bool = False) -> Plan:
+def make_plan(store: Store, judge: Judge, requests: list[Request], fresh_after: float | None,
+              offline: bool = False) -> Plan:
+    """`fresh_after`: a time.time() before which a stored reply or judgement is too old (asked again);
+    None: any age will do."""
     plan = Plan()
     keys = list(dict.fromkeys(r.key for r in requests))
     # A stored reply cut at max_tokens before any text (kept by a version that judged it "empty") is asked
     # again, so that it becomes the error it is, not a refusal.
-    plan.stored = {k: r for k, r in store.get_many(keys, max_age).items()
+    plan.stored = {k: r for k, r in store.get_many(keys, since=fresh_after).items()
                    if no_visible_text(r.get("text"), r.get("finish_reason"), None) is None}
-    if max_age is not None:
-        plan.stale = store.count_stale([k for k in keys if k not in plan.stored], max_age)
+    if fresh_after is not None:
+        plan.stale = store.count_stale([k for k in keys if k not in plan.stored], since=fresh_after)
     seen: set[str] = set()
     judge_keys: dict[str, str] = {}
     unique: list[Request] = []
@@ -80,7 +82,7 @@ def make_plan(store: Store, judge: Judge, requests: list[Request], max_age: floa
             if key is not None:
                 judge_keys[request.key] = key
     if judge_keys:
-        found = store.get_many(judge_keys.values(), max_age)
+        found = store.get_many(judge_keys.values(), since=fresh_after)
         plan.judged = {k: found[v] for k, v in judge_keys.items() if v in found}
         plan.unjudged = [r for r in unique if r.key in judge_keys and r.key not in plan.judged]
     return plan if offline else _fetching(plan)
@@ -95,11 +97,17 @@ def _fetching(plan: Plan) -> Plan:
 
 
 class Coordinator:
-    def __init__(self, settings: Settings, judge: Judge, run_id: str, *, fetches: bool) -> None:
+    def __init__(self, settings: Settings, judge: Judge, run_id: str, *, fetches: bool,
+                 fresh_after: float | None = None) -> None:
         self.settings = settings
         self.judge = judge
         self.run_id = run_id
         self.fetches = fetches  # this process makes the calls (xdist controller or a lone process)
+        # Replies stored before this time.time() are asked again (None: any age). Fixed once, on the
+        # controller, and handed to xdist workers: a worker that judged freshness by its own clock (once with
+        # 60 s of grace) took a reply the fetcher was asking again for a fresh one, and its test ended with
+        # the stale reply before any call was made (--orbench-refresh within a minute of a run).
+        self.fresh_after = fresh_after
         self.store: Store | None = None
         self.plan = Plan()
         self.child: FetchChild | None = None  # the fetch process (it forks the others, if any)
@@ -135,7 +143,7 @@ class Coordinator:
     def preview(self, requests: list[Request]) -> Plan:
         """What `begin` would do with these requests (store hits, calls, judge calls), calling nothing."""
         # offline=True keeps the stored replies that still need a judge call in plan.stored
-        return make_plan(self.open_store(), self.judge, requests, self.settings.store_max_age, offline=True)
+        return make_plan(self.open_store(), self.judge, requests, self.fresh_after, offline=True)
 
     def _shards(self, jobs: int) -> int:
         import os
@@ -153,12 +161,11 @@ class Coordinator:
         self.open_store()
         assert self.store is not None
         max_age = None if s.offline else s.store_max_age
-        if not self.fetches and max_age is not None:
-            max_age += GRACE  # the fetcher decided a moment ago; don't wait for what it counts as fresh
         if preview is not None and self.fetches and not s.offline:
-            plan = _fetching(preview)  # read with the same max age, in the form offline runs keep
+            plan = _fetching(preview)  # read with the same cutoff, in the form offline runs keep
         else:
-            plan = make_plan(self.store, self.judge, requests, max_age, offline=s.offline)
+            plan = make_plan(self.store, self.judge, requests, None if s.offline else self.fresh_after,
+                             offline=s.offline)
         self.plan = plan
         pending = [] if s.offline else plan.misses + plan.unjudged
         self.waiter = Waiter(self.store, self.run_id, dead=self._dead if self.fetches else None, on_wait=self._waiting)

@@ -76,8 +76,14 @@ class OrbenchPlugin:
             self.baseline_refused = {p["id"]: p["refused"] for p in self.baseline["prompts"]}
         self._new_verdicts: list[tuple[str, str, str]] = []
         self.started = time.time()
+        # Stored replies older than the max age at the session's start are asked again: one cutoff, decided
+        # on the controller and handed to the workers, so that a worker never takes a reply the fetcher asks
+        # again (nor waits for one it does not).
+        self.fresh_after: float | None = workerinput.get(
+            "orbench_fresh_after", None if settings.store_max_age is None else self.started - settings.store_max_age)
         # One process makes the calls: the xdist controller, or the only pytest process.
-        self.coordinator = Coordinator(settings, self.judge, self.run_id, fetches=not self.is_worker)
+        self.coordinator = Coordinator(settings, self.judge, self.run_id, fetches=not self.is_worker,
+                                       fresh_after=self.fresh_after)
         self.progress = ProgressDisplay(config, self.coordinator.progress, settings.progress_every)
         if not self.is_worker:
             self.coordinator.on_wait = self.progress.waiting
@@ -169,6 +175,7 @@ class OrbenchPlugin:
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput["orbench_seed"] = self.seed
         node.workerinput["orbench_run"] = self.run_id
+        node.workerinput["orbench_fresh_after"] = self.fresh_after
 
     # -- collection -------------------------------------------------------------------------
     def request(self, prompt: Prompt, trial: int = 0, config: int = 0) -> Request:

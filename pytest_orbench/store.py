@@ -225,12 +225,14 @@ class Store:
             return None
         return _with_age(row[0], row[1])
 
-    def get_many(self, keys: Iterable[str], max_age: float | None = None) -> dict[str, dict[str, Any]]:
-        """Stored records by key; with `max_age` seconds, older ones count as missing (asked again)."""
+    def get_many(self, keys: Iterable[str], max_age: float | None = None, *,
+                 since: float | None = None) -> dict[str, dict[str, Any]]:
+        """Stored records by key; with `max_age` seconds, older ones count as missing (asked again); with
+        `since` (a time.time()), those stored before it do."""
         keys = list(keys)
         found: dict[str, dict[str, Any]] = {}
         conn = self._conn()
-        oldest = time.time() - max_age if max_age is not None else None
+        oldest = since if since is not None else time.time() - max_age if max_age is not None else None
         for start in range(0, len(keys), 500):
             chunk = keys[start:start + 500]
             marks = ",".join("?" * len(chunk))
@@ -240,9 +242,11 @@ class Store:
                     found[key] = _with_age(record, created)
         return found
 
-    def count_stale(self, keys: Iterable[str], max_age: float) -> int:
-        """How many of `keys` are stored but older than `max_age` seconds (asked again this run)."""
-        keys, oldest, stale = list(keys), time.time() - max_age, 0
+    def count_stale(self, keys: Iterable[str], max_age: float = 0.0, *, since: float | None = None) -> int:
+        """How many of `keys` are stored but older than `max_age` seconds, or stored before `since` (a
+        time.time()): asked again this run."""
+        keys, stale = list(keys), 0
+        oldest = since if since is not None else time.time() - max_age
         conn = self._conn()
         for start in range(0, len(keys), 500):
             chunk = keys[start:start + 500]

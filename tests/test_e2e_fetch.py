@@ -198,6 +198,23 @@ def test_xdist_fetches_each_prompt_once_in_one_process_and_matches_serial(pytest
     parallel.stdout.fnmatch_lines(["orbench: 120 prompts, 0 stored, 120 to fetch, 8 at a time"])
 
 
+@pytest.mark.parametrize("age", [["--orbench-refresh"], ["--orbench-store-max-age", "1s"]], ids=["refresh", "1s"])
+def test_xdist_asks_again_what_is_too_old_and_never_replays_it(pytester: pytest.Pytester, mock: MockServer,
+                                                               age: list[str]) -> None:
+    # Workers once counted a reply as fresh for 60 s past the max age: rerun within a minute, the tests took
+    # the old replies from the store and the session ended before the fetcher (which said "10 to fetch")
+    # had made a call. The replies were stale; the report said they came from the store.
+    args = mock_args(mock, "--orbench-sample", "10", "--orbench-seed", "3", "--orbench-datasets", "toxic")
+    assert pytester.runpytest(*args).ret == 0 and stats(mock.url)["completions"] == 10
+    time.sleep(1.1)
+    again = pytester.runpytest_subprocess(*args, *age, "-n", "2", "--orbench-json", "r.json", timeout=240)
+    assert again.ret == 0
+    assert stats(mock.url)["completions"] == 20
+    data = load(pytester.path / "r.json")
+    assert data["run"]["calls"]["made"] == 10 and data["run"]["calls"]["stored"] == 0
+    assert all(p["fetched"] and not p["from_store"] for p in data["prompts"])
+
+
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_long_runs_say_how_far_the_fetch_got(pytester: pytest.Pytester, mock_factory: Callable[..., MockServer],
                                              workers: list[str]) -> None:
