@@ -30,6 +30,11 @@ HEARTBEAT_SECONDS = 1.0  # the loop says it is alive (and how far it got) this o
 STALE_SECONDS = 30.0  # a fetcher silent for this long is taken for dead
 DRAIN = 60.0  # seconds a stop waits for requests already in flight (paid for: keep them)
 UNUSABLE_STOP = 5  # this many replies without text (max_tokens too low) before any usable one: stop calling
+# This many prompts in a row whose every attempt found the endpoint unreachable (connection refused, DNS, TLS),
+# with no reply between them, after it had answered: it went away (a server stopped mid-run). Each such prompt
+# spent its retries' backoff (~4-8 s at the default 4), so a blip is over long before; without this stop every
+# remaining prompt spent them too (200 prompts at concurrency 4: 4 minutes of refused connections).
+GONE_STOP = 5
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,7 @@ class FetchLoop:
         self._answered: Counter[int] = Counter()
         self._dead: dict[int, str] = {}
         self._unusable: Counter[int] = Counter()  # replies with no text at max_tokens while none was usable
+        self._unreachable: Counter[int] = Counter()  # prompts in a row left unreachable since the last reply (GONE_STOP)
         self._pending_records: list[tuple[str, dict[str, Any]]] = []
         self._pending_outcomes: list[tuple[str, Outcome]] = []
         self._done = 0
@@ -180,7 +186,8 @@ class FetchLoop:
             caller = self._callers[job.config]
             try:
                 reply, attempts, seconds = await call_with_retries(
-                    caller, job.prompt, self.retries, should_retry=lambda e: e.worth_retrying(self._answered[job.config]))
+                    caller, job.prompt, self.retries,
+                    should_retry=lambda e: job.config not in self._dead and e.worth_retrying(self._answered[job.config]))
             except EndpointError as exc:
                 # A prompt whose every attempt timed out, with nothing answered yet: a hung endpoint (it took
                 # retries x timeout per prompt, hours for a run); an endpoint that answers some goes on.
@@ -188,12 +195,18 @@ class FetchLoop:
                     why = ("no prompt was answered, so no more calls are made" if not self._answered[job.config]
                            else "so no more calls are made to it")
                     self._dead.setdefault(job.config, f"{exc} ({why})")
+                self._unreachable[job.config] = self._unreachable[job.config] + 1 if exc.unreachable else 0
+                if self._unreachable[job.config] >= GONE_STOP:
+                    self._dead.setdefault(job.config, f"{exc} (it had answered {self._answered[job.config]} prompts, then "
+                                                      f"{self._unreachable[job.config]} prompts in a row failed every "
+                                                      "attempt, so no more calls are made to it)")
                 self._unusable[job.config] += exc.unusable and not self._answered[job.config]
                 if self._unusable[job.config] >= UNUSABLE_STOP:
                     self._dead.setdefault(job.config, f"{exc} (so did the first {self._unusable[job.config]} replies, "
                                                       "and none had text, so no more calls are made)")
                 return Outcome(error=str(exc), fetched=True)
             self._answered[job.config] += 1
+            self._unreachable[job.config] = 0
             record = reply.record()
             record["seconds"] = round(seconds, 3)
             record["attempts"] = attempts

@@ -270,6 +270,27 @@ def test_a_refused_connection_after_replies_is_retried_as_a_blip(tmp_path: Path)
     assert Waiter(Store(tmp_path), "r").result("k5").record is not None and caller.prompts.count("p5") == 2
 
 
+def test_an_endpoint_that_goes_away_mid_run_stops_the_calls(tmp_path: Path) -> None:
+    # The server stopped after 10 replies (killed, redeployed away): each remaining prompt used to spend its
+    # retries' backoff on refused connections, minutes for a run, hours at 2,000 prompts and a low concurrency.
+    class GoesAway(SlowCaller):
+        async def __call__(self, prompt: str) -> Reply:
+            self.prompts.append(prompt)
+            if len(self.prompts) > 10:
+                raise EndpointError("connection refused by 127.0.0.1:9", retryable=True, unreachable=True)
+            return Reply(prompt.upper(), "stop")
+
+    caller = GoesAway()
+    jobs = [Job(f"k{i}", f"p{i}", i) for i in range(200)]
+    run_loop(Store(tmp_path), caller, jobs, concurrency=2, retries=0)
+    assert len(caller.prompts) <= 10 + 5 + 2  # the replies, the prompts that told, the ones in flight
+    waiter = Waiter(Store(tmp_path), "r")
+    errors = [waiter.result(j.key).error for j in jobs[10:]]
+    gone = ("not requested: connection refused by 127.0.0.1:9 (it had answered 10 prompts, then 5 prompts in a row "
+            "failed every attempt, so no more calls are made to it)")
+    assert set(errors) == {"connection refused by 127.0.0.1:9", gone} and errors.count(gone) >= 180
+
+
 def test_a_crash_in_the_loop_turns_every_remaining_prompt_into_an_error(tmp_path: Path) -> None:
     class Broken(SlowCaller):
         async def __call__(self, prompt: str) -> Reply:
