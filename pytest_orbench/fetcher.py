@@ -28,6 +28,9 @@ from pytest_orbench.store import Store, unusable
 BATCH_SECONDS = 0.05  # replies and outcomes are committed together at most this late
 HEARTBEAT_SECONDS = 1.0  # the loop says it is alive (and how far it got) this often
 STALE_SECONDS = 30.0  # a fetcher silent for this long is taken for dead
+# ... unless another process holds the store's write lock meanwhile: the fetcher is then waiting for it, not
+# dead (each of its writes waits up to 60 s for a lock, then fails and says so); it is waited for this long.
+LOCKED_SECONDS = 180.0
 DRAIN = 60.0  # seconds a stop waits for requests already in flight (paid for: keep them)
 UNUSABLE_STOP = 5  # this many replies without text (max_tokens too low) before any usable one: stop calling
 # This many prompts in a row whose every attempt found the endpoint unreachable (connection refused, DNS, TLS),
@@ -324,6 +327,7 @@ class Waiter:
         self.on_wait = on_wait  # called about once a second while waiting (progress)
         self._given_up: str | None = None  # a fetcher that never started or went silent is not waited for twice
         self._seen = False  # the run's row was seen: once it is gone, the fetching process has cleared it (stopped)
+        self._locked_at = 0.0  # when another process was last seen holding the store's write lock
 
     def result(self, key: str, first_wait: float = 120.0) -> Outcome:
         delay, started, last_note = 0.002, time.monotonic(), time.monotonic()
@@ -364,13 +368,24 @@ class Waiter:
             time.sleep(delay)
             delay = min(0.05, delay * 2)
 
-    @staticmethod
-    def _silent(state: dict[str, Any] | None, started: float, first_wait: float) -> str | None:
+    def _silent(self, state: dict[str, Any] | None, started: float, first_wait: float) -> str | None:
         if state is None or state["started_shards"] < state["shards"]:
             if time.monotonic() - started > first_wait:
                 return f"no fetching process started for this run within {first_wait:g} s"
             return None
-        if time.time() - state["heartbeat"] > STALE_SECONDS:
-            return (f"the fetching process (pid {state['pid']}) has said nothing for {STALE_SECONDS:g} s; "
-                    "it is taken for dead")
-        return None
+        # Silence counts from the last sight of another process holding the store's write lock, too: a fetcher
+        # that waited for it needs a moment to write again once it is released.
+        silent = time.time() - max(state["heartbeat"], self._locked_at)
+        if silent <= STALE_SECONDS:
+            return None
+        # A fetcher that cannot write is silent too: with the store locked by another process, it was taken for
+        # dead after 30 s while it waited for the lock (and then stored the replies nobody waited for any more).
+        if self.store.write_locked():
+            self._locked_at = time.time()
+            if time.time() - state["heartbeat"] <= LOCKED_SECONDS:
+                return None
+            return (f"the fetching process (pid {state['pid']}) has stored nothing for {LOCKED_SECONDS:g} s while "
+                    f"another process holds the write lock of the response store {self.store.path}; it is taken for "
+                    "dead (end the process holding it: a sqlite3 shell, a backup, another run)")
+        return (f"the fetching process (pid {state['pid']}) has said nothing for {STALE_SECONDS:g} s; "
+                "it is taken for dead")

@@ -67,6 +67,7 @@ CREATE TABLE IF NOT EXISTS verdicts (  -- an offline judge's verdict on a stored
 );
 """
 KEY_VERSION = 1
+BUSY_SECONDS = 60.0  # how long a write waits for another process's write lock before it fails
 STORE_FILE = "responses.sqlite3"  # the SQLite database inside the store folder
 CACHEDIR_TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
                 "# This file is a cache directory tag created by pytest-orbench: stored endpoint replies.\n"
@@ -111,6 +112,12 @@ class StoreError(RuntimeError):
     says_fix = False
 
 
+class StoreLocked(StoreError):
+    """Another process held the store's write lock for longer than a write waits: the fix is ending it."""
+
+    says_fix = True
+
+
 class StoreUnreadable(StoreError):
     """The store's database is damaged or of a newer schema: another folder, not more space, is the fix."""
 
@@ -131,6 +138,12 @@ def unusable(directory: Path, exc: BaseException) -> StoreError:
         return StoreUnreadable(f"the response store {directory} is damaged ({directory / STORE_FILE}: {reason}); it "
                                "holds only replies that can be asked again: delete that file (or move it aside), or "
                                "point --orbench-store elsewhere")
+    if isinstance(exc, sqlite3.OperationalError) and "database is locked" in reason:
+        # Not space or permissions: "a folder you can write to, on a disk with free space" sent people astray.
+        return StoreLocked(f"the response store {directory} is locked by another process ({directory / STORE_FILE}: "
+                           f"{reason}, still after {BUSY_SECONDS:g} s): end the process holding it (a sqlite3 shell "
+                           "with a transaction open, a backup, another run writing this store), or point "
+                           "--orbench-store elsewhere")
     if isinstance(exc, sqlite3.Error) and directory.is_dir() and not os.access(directory, os.W_OK):
         reason += " (the folder is not writable)"
     return StoreError(f"the response store {directory} cannot be written: {reason}")
@@ -186,7 +199,7 @@ class Store:
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(self.path, timeout=BUSY_SECONDS, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             self._local.conn = conn
@@ -372,6 +385,22 @@ class Store:
             "fatal": next((r[7] for r in rows if r[7]), None), "shards": rows[0][8], "started_shards": len(rows),
             "note": next((r[9] for r in rows if r[9]), None),
         }
+
+    def write_locked(self) -> bool:
+        """Whether another connection holds the database's write lock at this moment (a `BEGIN EXCLUSIVE`
+        left open in a `sqlite3` shell, a backup tool, another run's long write): asked without waiting."""
+        try:
+            conn = sqlite3.connect(self.path, timeout=0, isolation_level=None)
+        except sqlite3.Error:
+            return False
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("ROLLBACK")
+            return False
+        except sqlite3.OperationalError as exc:
+            return "locked" in str(exc)
+        finally:
+            conn.close()
 
     def paid_keys(self, run: str) -> set[str]:
         """The keys this run called the endpoint or the judge for (its outcomes say fetched)."""

@@ -418,6 +418,66 @@ def test_every_wait_is_bounded(tmp_path: Path, state: str, message: str) -> None
     assert dead.result("k1").error == "the fetch process exited with status 1: ImportError: litellm"
 
 
+def test_a_fetcher_blocked_by_another_process_holding_the_store_is_waited_for(tmp_path: Path) -> None:
+    # Another process held the store's write lock (a sqlite3 shell's BEGIN EXCLUSIVE, a backup) for over 30 s
+    # mid-run: the fetcher, waiting for the lock, could not write its heartbeat, and every waiting test took it
+    # for dead ("has said nothing for 30 s") while it went on and stored the replies nobody waited for.
+    import sqlite3
+    import threading
+
+    store = Store(tmp_path)
+    store.start_run("r", 1)
+    store._conn().execute("UPDATE runs SET heartbeat = ? WHERE run = 'r'", (time.time() - 60,))
+    waiter, fetcher = Waiter(Store(tmp_path), "r"), Store(tmp_path)  # opened before the lock (opening writes)
+    holder = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
+
+    def release_then_store() -> None:
+        time.sleep(0.5)
+        holder.execute("COMMIT")
+        time.sleep(0.3)  # the fetcher, given the lock at last, writes a moment later: not dead meanwhile
+        fetcher.commit_batch("r", [("k1", {"text": "hi"})], [("k1", None, None, True, False)], 1, 0)
+
+    thread = threading.Thread(target=release_then_store)
+    thread.start()
+    outcome = waiter.result("k1")
+    thread.join()
+    assert outcome.error is None and outcome.record is not None and outcome.record["text"] == "hi"
+    # Held for longer than the fetcher's own writes wait for it: bounded, and the message says what happened.
+    store.start_run("r2", 1)
+    store._conn().execute("UPDATE runs SET heartbeat = ? WHERE run = 'r2'", (time.time() - 200,))
+    late = Waiter(Store(tmp_path), "r2")
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        error = late.result("k2").error
+    finally:
+        holder.execute("COMMIT")
+    assert error is not None and "has stored nothing for 180 s while another process holds the write lock" in error
+
+
+def test_a_store_held_locked_by_another_process_is_named_as_such(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # A run starting while another process holds the store's write lock waited the lock out (60 s), then said
+    # "cannot be written: database is locked; point --orbench-store at a folder you can write to, on a disk
+    # with free space": neither permissions nor space were the problem.
+    import sqlite3
+
+    from pytest_orbench import store as store_module
+
+    Store(tmp_path).close()
+    monkeypatch.setattr(store_module, "BUSY_SECONDS", 0.2)
+    holder = sqlite3.connect(tmp_path / store_module.STORE_FILE, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(store_module.StoreLocked) as info:
+            Store(tmp_path)
+    finally:
+        holder.execute("COMMIT")
+    assert info.value.says_fix and str(info.value).startswith(f"the response store {tmp_path} is locked by another "
+                                                              "process")
+    assert "still after 0.2 s): end the process holding it" in str(info.value)
+
+
 def test_a_wait_ends_when_the_fetching_process_clears_the_run(tmp_path: Path) -> None:
     # Ctrl-C under xdist: the controller stops the fetch and clears the run's rows while workers still wait;
     # they took the missing rows for a fetcher not started yet and waited on (until xdist killed them).
