@@ -116,6 +116,9 @@ class Coordinator:
         self.waiter: Waiter | None = None
         self.jobs = 0
         self.paid: set[str] = set()  # keys called for (reply or judge) in this session, known once it is stopped
+        # The fetch process's pid when a second interrupt ended the wait for its replies in flight: it stores them
+        # by itself, so `paid` is then incomplete.
+        self.draining: int | None = None
         self.on_wait: Callable[[], None] | None = None
 
     # -- the fetching process --------------------------------------------------------------
@@ -342,7 +345,17 @@ class Coordinator:
             self.thread = None
         child, self.child = self.child, None
         if child is not None:
-            child.stop(DRAIN + 10)
+            try:
+                child.stop(DRAIN + 10)
+            except KeyboardInterrupt:
+                # A second Ctrl-C (or `timeout` passing the group's SIGINT on) during the drain: stop waiting, and
+                # say so. Without this the store was read as if the fetch were over: "nothing was asked" while
+                # the replies in flight were paid for, and pytest_unconfigure found no child left to wait for.
+                self.draining = child.pid
+                if self.store is not None:
+                    self.store.close()
+                    self.store = None
+                raise
         if self.store is not None:
             if self.fetches and self.jobs:
                 try:

@@ -78,6 +78,10 @@ class FetchChild:
                                       stdout=subprocess.DEVNULL, stderr=self._stderr, env=env)
 
     @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    @property
     def spawned(self) -> bool:
         return self._proc is not None
 
@@ -136,9 +140,13 @@ class FetchChild:
         if proc is None:
             return
         self._stopping = True
-        if proc.poll() is None:
-            self._send(("stop",))
-        self._close_stdin()
+        try:
+            if proc.poll() is None:
+                self._send(("stop",))
+        finally:
+            # Even when a second Ctrl-C cuts this short: with its input closed the child stops new calls,
+            # stores the replies in flight and leaves by itself (bounded by DRAIN), waited for or not.
+            self._close_stdin()
         try:
             proc.wait(timeout=wait)
         except subprocess.TimeoutExpired:

@@ -295,7 +295,11 @@ class RunResults:
                 # Everything deselected (-k, -m, node ids) or stopped before the first prompt: say so. The calls
                 # may have started while pytest collected, and answers paid for are stored: say that too.
                 answered = len(self.plugin.coordinator.paid)
+                draining = self.plugin.coordinator.draining
                 terminalreporter.write_line(
+                    "orbench: no prompt test ran: nothing was judged or compared and no results file was written; "
+                    f"the fetch process (pid {draining}) stores the replies it was asked for by itself, and the next "
+                    "run reuses them" if draining is not None else
                     "orbench: no prompt ran: nothing was asked, judged or compared; no results file was written"
                     if not answered else
                     f"orbench: no prompt test ran: nothing was judged or compared and no results file was written; "
@@ -307,6 +311,10 @@ class RunResults:
         terminalreporter.write_sep("=", "orbench summary")
         for line in terminal_lines(self.results["run"], self.results["datasets"]) + drift_lines(self.results.get("drift")):
             terminalreporter.write_line(line)
+        if self.plugin.coordinator.draining is not None:
+            terminalreporter.write_line(f"orbench: a second interrupt ended the wait for the replies in flight: the fetch "
+                                        f"process (pid {self.plugin.coordinator.draining}) stores them by itself, and "
+                                        "the next run reuses them; they are not counted here", yellow=True)
         for path in (self.settings.json, self.settings.markdown, self.settings.svg, self.settings.junit):
             if path is not None:
                 terminalreporter.write_line(f"wrote {path}")

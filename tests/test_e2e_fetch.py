@@ -477,6 +477,39 @@ def test_an_interrupted_run_counts_every_call_it_paid_for_and_says_what_it_waits
                      r"finish and are stored for the next run \(waiting up to 60 s\)", out), out
 
 
+def test_a_second_ctrl_c_ends_the_wait_for_the_replies_in_flight_and_says_so(
+        pytester: pytest.Pytester, mock_factory: Callable[..., MockServer]) -> None:
+    # Ctrl-C twice (or `timeout`, which passes the group's SIGINT on to pytest once more): the second one came
+    # during the wait for the replies in flight. The session then read the store as if the fetch were over and
+    # said "no prompt ran: nothing was asked" while four replies were paid for and being stored.
+    import signal
+
+    server = mock_factory(latency=3.0)
+    proc = start_run(pytester.path, server, "--orbench-datasets", "toxic", "--orbench-sample", "8", "--orbench-seed",
+                     "3", "--orbench-concurrency", "4", "-q")
+    deadline = time.monotonic() + 60
+    while stats(server.url)["requests"] < 4 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1.0)  # the first one is handled: the session waits for the 4 replies in flight (~2 s more)
+    assert stats(server.url)["completions"] == 0
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert stats(server.url)["completions"] == 0, out  # it did stop waiting
+    assert "nothing was asked" not in out, out
+    assert re.search(r"orbench: no prompt test ran: nothing was judged or compared and no results file was written; "
+                     r"the fetch process \(pid \d+\) stores the replies it was asked for by itself, and the next run "
+                     r"reuses them", out), out
+    deadline = time.monotonic() + 30
+    while stats(server.url)["completions"] < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # committed within 50 ms of the last reply
+    rerun = pytester.runpytest_subprocess(*mock_args(server, "--orbench-datasets", "toxic", "--orbench-sample", "8",
+                                                     "--orbench-seed", "3", "--orbench-concurrency", "4"), timeout=120)
+    rerun.stdout.fnmatch_lines(["orbench: 8 prompts, 4 stored, 4 to fetch, 4 at a time"])
+
+
 def group_members(group: int) -> list[int]:
     """Live processes (zombies aside) in process group `group`."""
     found = []
