@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from pytest_orbench.jsonfile import write_atomic, write_json
@@ -35,22 +36,33 @@ def tradeoff_svg(results: ResultsDocument) -> str:
 
 
 def write_outputs(results: ResultsDocument, *, json: Path | None = None, markdown: Path | None = None,
-                  svg: Path | None = None, junit: Path | None = None, markdown_max_chars: int | None = None) -> list[Path]:
+                  svg: Path | None = None, junit: Path | None = None, markdown_max_chars: int | None = None,
+                  failed: dict[Path, str] | None = None) -> list[Path]:
     """Write the requested files atomically; return what was written. The Markdown report stays within
-    `markdown_max_chars` (default: a GitHub comment's 65,536) by dropping list items, never Markdown."""
-    written = []
-    if json is not None:
-        write_json(json, results)
-        written.append(json)
-    if markdown is not None:
+    `markdown_max_chars` (default: a GitHub comment's 65,536) by dropping list items, never Markdown.
+    With `failed`, a file that cannot be written (a full disk) is recorded there with the reason and the
+    others are still written; without it, the OSError is raised."""
+    def render_markdown() -> str:
         from pytest_orbench.markdown import GITHUB_COMMENT_LIMIT, render_markdown_within  # only runs that write one
 
-        write_atomic(markdown, render_markdown_within(results, markdown_max_chars or GITHUB_COMMENT_LIMIT))
-        written.append(markdown)
-    if svg is not None:
-        write_atomic(svg, tradeoff_svg(results))
-        written.append(svg)
-    if junit is not None:
-        write_atomic(junit, junit_xml(results))
-        written.append(junit)
+        return render_markdown_within(results, markdown_max_chars or GITHUB_COMMENT_LIMIT)
+
+    files: list[tuple[Path | None, Callable[[Path], None]]] = [
+        (json, lambda path: write_json(path, results)),
+        (markdown, lambda path: write_atomic(path, render_markdown())),
+        (svg, lambda path: write_atomic(path, tradeoff_svg(results))),
+        (junit, lambda path: write_atomic(path, junit_xml(results))),
+    ]
+    written = []
+    for path, write in files:
+        if path is None:
+            continue
+        try:
+            write(path)
+        except OSError as exc:
+            if failed is None:
+                raise
+            failed[path] = exc.strerror or str(exc)  # the atomic write left no half-written file behind
+            continue
+        written.append(path)
     return written

@@ -33,6 +33,8 @@ from pytest_orbench.report import (
 from pytest_orbench.settings import Settings
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pytest_orbench.coordinator import Coordinator
 
 
@@ -122,6 +124,7 @@ class RunResults:
         self.results: ResultsDocument | None = None
         self.forgiven_errors = 0
         self.not_written: str | None = None  # why --orbench-update-baseline wrote nothing, when no prompt ran
+        self.unwritten: dict[Path, str] = {}  # output files that could not be written (a full disk), and why
 
     @pytest.hookimpl(tryfirst=True)  # before the terminal reporter writes: the progress status goes first
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -214,9 +217,13 @@ class RunResults:
             reason = stopped or self._incomplete(records)
             self.results["run"]["baseline_update"] = {"path": str(s.baseline), "written": reason is None, "reason": reason}
             if reason is None:
-                save_baseline(s.baseline, self.results)
+                try:
+                    save_baseline(s.baseline, self.results)
+                except OSError as exc:  # a full disk: said, and the run fails, instead of a traceback and no summary
+                    self.results["run"]["baseline_update"].update(
+                        written=False, reason=f"writing it failed: {exc.strerror or exc}")
         write_outputs(self.results, json=s.json, markdown=s.markdown, svg=s.svg, junit=s.junit,
-                      markdown_max_chars=s.markdown_max_chars)
+                      markdown_max_chars=s.markdown_max_chars, failed=self.unwritten)
         self._set_exit_status(session, records)
 
     def _stopped(self, session: pytest.Session, exitstatus: int, ran: int) -> str | None:
@@ -280,7 +287,7 @@ class RunResults:
         error budget do not (their tests still show as errors)."""
         assert self.results is not None
         update = self.results["run"].get("baseline_update")
-        if self.results["gate"]["verdict"] in BLOCKING or (update and not update["written"]):
+        if self.results["gate"]["verdict"] in BLOCKING or (update and not update["written"]) or self.unwritten:
             if session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
             return
@@ -316,7 +323,9 @@ class RunResults:
                                         f"process (pid {self.plugin.coordinator.draining}) stores them by itself, and "
                                         "the next run reuses them; they are not counted here", yellow=True)
         for path in (self.settings.json, self.settings.markdown, self.settings.svg, self.settings.junit):
-            if path is not None:
+            if path is not None and path in self.unwritten:
+                terminalreporter.write_line(f"NOT written: {path}: {self.unwritten[path]}", red=True, bold=True)
+            elif path is not None:
                 terminalreporter.write_line(f"wrote {path}")
         update = self.results["run"].get("baseline_update")
         if update and update["written"]:

@@ -207,3 +207,25 @@ def test_tradeoff_reproduces_the_papers_correlation(tmp_path: Path) -> None:
     assert cli.returncode == 0, cli.stderr
     assert "over 32 runs: 0.89" in cli.stdout
     assert not math.isnan(float(cli.stdout.split("over 32 runs: ")[1].split()[0]))
+
+
+def test_a_full_disk_at_the_end_fails_the_run_and_names_each_file_not_written(
+        pytester: pytest.Pytester, mock: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The disk filled up while the run was paid for: writing the baseline raised "OSError: [Errno 28] No space
+    # left on device" out of pytest_sessionfinish, a traceback with no summary, no gate verdict, no results
+    # file and no word of which file. Now each file that could not be written is named, the others are still
+    # written, and the run fails (a CI step reading them would otherwise read nothing or an old file).
+    import errno
+
+    def full(*_args: object, **_kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("pytest_orbench.results.save_baseline", full)
+    monkeypatch.setattr("pytest_orbench.outputs.write_json", full)
+    result = pytester.runpytest(*mock_args(mock, "--orbench-sample", "5", "--orbench-seed", "1", "--orbench-json", "r.json",
+                                           "--orbench-markdown", "r.md", "--orbench-baseline", "b.json",
+                                           "--orbench-update-baseline"))
+    result.stdout.fnmatch_lines(["NOT written: *r.json: No space left on device", "wrote *r.md",
+                                 "baseline NOT written: writing it failed: No space left on device; *b.json is unchanged",
+                                 "orbench gate: *"])
+    assert result.ret == 1 and (pytester.path / "r.md").exists() and not (pytester.path / "b.json").exists()
