@@ -209,6 +209,7 @@ def test_tradeoff_reproduces_the_papers_correlation(tmp_path: Path) -> None:
     assert not math.isnan(float(cli.stdout.split("over 32 runs: ")[1].split()[0]))
 
 
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names an open file descriptor through /proc")
 def test_a_full_disk_at_the_end_fails_the_run_and_names_each_file_not_written(
         pytester: pytest.Pytester, mock: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # The disk filled up while the run was paid for: writing the baseline raised "OSError: [Errno 28] No space
@@ -216,16 +217,24 @@ def test_a_full_disk_at_the_end_fails_the_run_and_names_each_file_not_written(
     # file and no word of which file. Now each file that could not be written is named, the others are still
     # written, and the run fails (a CI step reading them would otherwise read nothing or an old file).
     import errno
+    import os
 
-    def full(*_args: object, **_kwargs: object) -> None:
-        raise OSError(errno.ENOSPC, "No space left on device")
+    fdopen = os.fdopen
 
-    monkeypatch.setattr("pytest_orbench.results.save_baseline", full)
-    monkeypatch.setattr("pytest_orbench.outputs.write_json", full)
-    result = pytester.runpytest(*mock_args(mock, "--orbench-sample", "5", "--orbench-seed", "1", "--orbench-json", "r.json",
-                                           "--orbench-markdown", "r.md", "--orbench-baseline", "b.json",
-                                           "--orbench-update-baseline"))
+    def full_for_two(fd: int, *args: Any, **kwargs: Any) -> Any:
+        # The atomic writes' temporary files of r.json and b.json meet a full disk; r.md and the store do not.
+        if os.path.basename(os.readlink(f"/proc/self/fd/{fd}")).startswith((".r.json.", ".b.json.")):
+            os.close(fd)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return fdopen(fd, *args, **kwargs)
+
+    monkeypatch.setattr(os, "fdopen", full_for_two)
+    # In this process, whose writes meet the full disk (the fetch child writes the store, on a disk with room).
+    result = pytester.runpytest_inprocess(*mock_args(mock, "--orbench-sample", "5", "--orbench-seed", "1", "--orbench-json",
+                                                     "r.json", "--orbench-markdown", "r.md", "--orbench-baseline",
+                                                     "b.json", "--orbench-update-baseline"))
     result.stdout.fnmatch_lines(["NOT written: *r.json: No space left on device", "wrote *r.md",
                                  "baseline NOT written: writing it failed: No space left on device; *b.json is unchanged",
                                  "orbench gate: *"])
     assert result.ret == 1 and (pytester.path / "r.md").exists() and not (pytester.path / "b.json").exists()
+    assert not (pytester.path / "r.json").exists() and not list(pytester.path.glob(".*.tmp"))  # nothing half-written
