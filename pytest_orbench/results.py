@@ -239,6 +239,14 @@ class RunResults:
             return f"the run crashed (internal error) after {ran} of {total} prompts"
         if session.shouldstop or session.shouldfail:
             return f"the run stopped early ({session.shouldfail or session.shouldstop}) after {ran} of {total} prompts"
+        if scheduled is not None:
+            # Selected, and yet no result came back: an xdist worker killed while running it (the OOM killer, a
+            # segfault in the user's code) reports a failure without one. The gate passed on the prompts that
+            # were left, with only the warning meant for -k deselection.
+            missing = sorted(scheduled - self.records.keys())
+            if missing:
+                return (f"no result came back for {len(missing)} of the run's {total} selected prompts ({missing[0]}"
+                        f"{', ...' if len(missing) > 1 else ''}: an xdist worker that crashed running it?)")
         return None
 
     def _incomplete(self, records: list[PromptRecord]) -> str | None:

@@ -238,3 +238,26 @@ def test_a_full_disk_at_the_end_fails_the_run_and_names_each_file_not_written(
                                  "orbench gate: *"])
     assert result.ret == 1 and (pytester.path / "r.md").exists() and not (pytester.path / "b.json").exists()
     assert not (pytester.path / "r.json").exists() and not list(pytester.path.glob(".*.tmp"))  # nothing half-written
+
+
+def test_a_prompt_whose_xdist_worker_crashed_leaves_the_gate_inconclusive(pytester: pytest.Pytester, mock: Any) -> None:
+    # A worker killed while running a prompt test (the OOM killer, a segfault in the user's code) reports a
+    # failure without a result: the gate passed on the other prompts, with only the warning meant for -k.
+    args = ("--orbench-sample", "5", "--orbench-seed", "1", "--orbench-baseline", "b.json")
+    pytester.runpytest_subprocess(*mock_args(mock, *args, "--orbench-update-baseline")).assert_outcomes(passed=5, xfailed=5)
+    pytester.makeconftest("""
+        import os, signal
+        def pytest_runtest_call(item):
+            if hasattr(item.config, "workerinput"):
+                try:
+                    os.close(os.open("crashed", os.O_CREAT | os.O_EXCL))  # one worker, once
+                except FileExistsError:
+                    return
+                os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    result = pytester.runpytest_subprocess(*mock_args(mock, *args, "-n", "2"))
+    result.stdout.fnmatch_lines(["*worker 'gw*' crashed while running 'orbench/*",
+                                 "orbench gate: INCONCLUSIVE",
+                                 "  INCONCLUSIVE: run completed: no result came back for 1 of the run's 10 selected prompts "
+                                 "(*: an xdist worker that crashed running it?)*"])
+    assert result.ret == 1
