@@ -119,6 +119,7 @@ class Coordinator:
         # The fetch process's pid when a second interrupt ended the wait for its replies in flight: it stores them
         # by itself, so `paid` is then incomplete.
         self.draining: int | None = None
+        self.unstored = 0  # of `paid`: requests submitted in provider batches still open (collected by the next run)
         self.on_wait: Callable[[], None] | None = None
 
     # -- the fetching process --------------------------------------------------------------
@@ -360,6 +361,8 @@ class Coordinator:
             if self.fetches and self.jobs:
                 try:
                     self.paid = self.store.paid_keys(self.run_id)
+                    # Paid for but not stored: requests in a provider batch that is still open (--orbench-batch)
+                    self.unstored = len(self.paid) - len(self.store.get_many(self.paid))
                     self.store.clear_run(self.run_id)
                 except (OSError, sqlite3.Error):
                     pass  # bookkeeping (a full disk): the next run older than a day deletes it

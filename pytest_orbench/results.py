@@ -309,16 +309,7 @@ class RunResults:
             if not self.records and self.plugin.datasets and not dry_run(terminalreporter.config):
                 # Everything deselected (-k, -m, node ids) or stopped before the first prompt: say so. The calls
                 # may have started while pytest collected, and answers paid for are stored: say that too.
-                answered = len(self.plugin.coordinator.paid)
-                draining = self.plugin.coordinator.draining
-                terminalreporter.write_line(
-                    "orbench: no prompt test ran: nothing was judged or compared and no results file was written; "
-                    f"the fetch process (pid {draining}) stores the replies it was asked for by itself, and the next "
-                    "run reuses them" if draining is not None else
-                    "orbench: no prompt ran: nothing was asked, judged or compared; no results file was written"
-                    if not answered else
-                    f"orbench: no prompt test ran: nothing was judged or compared and no results file was written; "
-                    f"{answered} replies fetched meanwhile are stored, and the next run reuses them", yellow=True)
+                terminalreporter.write_line(_nothing_ran(self.plugin.coordinator), yellow=True)
             if self.not_written is not None:
                 terminalreporter.write_line(f"baseline NOT written: {self.not_written}; {self.settings.baseline} is "
                                             "unchanged", red=True, bold=True)
@@ -361,3 +352,19 @@ class RunResults:
 def _endpoint_error(record: Mapping[str, Any]) -> int:
     """1 when this verdict (a prompt's, or its live base's) is an error of the endpoint, not of the judge."""
     return int(record.get("verdict") == Verdict.ERROR.value and record.get("error_from") != "judge")
+
+
+def _nothing_ran(coordinator: Coordinator) -> str:
+    """What a session in which no prompt test ran says about the calls made meanwhile (paid for)."""
+    head = "orbench: no prompt test ran: nothing was judged or compared and no results file was written; "
+    if coordinator.draining is not None:
+        return (head + f"the fetch process (pid {coordinator.draining}) stores the replies it was asked for by itself, "
+                "and the next run reuses them")
+    unstored = coordinator.unstored  # --orbench-batch: stopped while its batch was open, not answered
+    stored = len(coordinator.paid) - unstored
+    said = [f"{stored} replies fetched meanwhile are stored, and the next run reuses them"] if stored else []
+    if unstored:
+        said.append(f"{unstored} requests wait in provider batches that are still open: the next run with this store "
+                    "collects them (they are not submitted again)")
+    return head + "; ".join(said) if said else ("orbench: no prompt ran: nothing was asked, judged or compared; no "
+                                                "results file was written")

@@ -93,6 +93,31 @@ def test_a_killed_session_leaves_its_batch_to_the_next_run_which_polls_it_instea
     assert all(p["error"] is None for p in data["prompts"])
 
 
+def test_ctrl_c_while_the_batch_is_open_says_it_is_open_not_stored(
+    pytester: pytest.Pytester, mock_factory: Callable[..., MockServer],
+) -> None:
+    # Ctrl-C while the session polled its batch said "24 replies fetched meanwhile are stored, and the next run
+    # reuses them": none was; the batch was open, and the next run collects it (it then reported "0 stored").
+    server = mock_factory(batch_polls=200)  # done at the 200th retrieval: ~10 s of polling every 0.05 s
+    args = mock_args(server, *SAMPLE, *FAST)
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=pytester.path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while stats(server.url)["batches_created"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # polling has begun
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert stats(server.url)["batch_requests_answered"] == 0, out
+    assert (f"orbench: no prompt test ran: nothing was judged or compared and no results file was written; {N} requests "
+            "wait in provider batches that are still open: the next run with this store collects them (they are not "
+            "submitted again)") in out, out
+    assert "replies fetched meanwhile are stored" not in out
+
+
 @pytest.mark.slow
 def test_a_session_that_stops_waiting_says_so_and_the_next_run_collects_the_same_batch(
     pytester: pytest.Pytester, mock_factory: Callable[..., MockServer],
