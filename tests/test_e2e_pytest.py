@@ -187,7 +187,8 @@ def test_help_shows_while_the_settings_are_wrong(pytester: pytest.Pytester, monk
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["n0", "n2"])
-def test_your_objects_are_still_finalized_at_exit(pytester: pytest.Pytester, mock: Any, workers: list[str]) -> None:
+def test_your_objects_are_still_finalized_at_exit(pytester: pytest.Pytester, mock: Any, workers: list[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     # Your conftest keeps a buffered file in a reference cycle and never closes it: CPython's collections at
     # exit free the cycle, which flushes the file. The plugin once froze the heap at exit to skip them
     # (0.2-0.3 s): both files stayed empty, on the controller and on every xdist worker.
@@ -211,6 +212,7 @@ def test_your_objects_are_still_finalized_at_exit(pytester: pytest.Pytester, moc
             session.config.sink.file.write("session finish\\n")
     """)
     pytester.makepyfile(test_mine="def test_mine():\n    pass\n")
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # this suite's own worker name, under -n
     result = pytester.runpytest_subprocess(*mock_args(mock, "--orbench-sample", "2", "--orbench-seed", "5", *workers))
     assert result.ret == 0
     for who in ["main", *(["gw0", "gw1"] if workers else [])]:
