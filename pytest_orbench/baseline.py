@@ -6,6 +6,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 from pytest_orbench import __version__
 from pytest_orbench.jsonfile import dumps, loads_document, write_atomic
@@ -140,6 +141,21 @@ def _identity_problem(data: dict[str, Any]) -> str | None:
     return None
 
 
+def _local_port_only(one: str | None, other: str | None) -> bool:
+    """Two loopback URLs that differ in the port alone: a local server started on a free port each run (the
+    simulator of `scripts/demo`, a test proxy), not another deployment; listing it under "changed" on every
+    run would teach people to skip that line."""
+    if not one or not other:
+        return False
+    a, b = urlsplit(one), urlsplit(other)
+
+    def loopback(host: str | None) -> bool:
+        return host is not None and (host == "localhost" or host == "::1" or host.startswith("127."))
+
+    return (loopback(a.hostname) and loopback(b.hostname) and a.scheme == b.scheme
+            and a.path.rstrip("/") == b.path.rstrip("/"))
+
+
 def check_comparable(baseline: BaselineDocument, run: RunMeta, prompt_hashes: dict[str, str]) -> list[dict[str, Any]]:
     """Raise BaselineError when the two runs measure different things; return the allowed changes.
 
@@ -186,7 +202,9 @@ def check_comparable(baseline: BaselineDocument, run: RunMeta, prompt_hashes: di
     # --orbench-base-api-base) can answer otherwise: said, as the judge's endpoint is. Both sides are
     # recorded without credentials or query (session._endpoint_meta).
     old_base, new_base = old_run.get("api_base"), run.get("api_base")
-    if old_base != new_base:
+    # A live base is asked in this same session: there two local ports are two servers running side by side.
+    live = run.get("compared_with") == "live base"
+    if old_base != new_base and (live or not _local_port_only(old_base, new_base)):
         changes.append({"what": "api_base", "baseline": old_base, "current": new_base,
                         "message": f"{old_base or 'none'} → {new_base or 'none'}"})
     for key, label in (("api_base", "judge endpoint"), ("params", "judge params")):

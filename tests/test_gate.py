@@ -560,6 +560,13 @@ def test_another_api_base_is_named_not_reported_as_the_same_endpoint() -> None:
     assert check_comparable(baseline_document(old), now["run"], {})[0]["message"] == "http://old-gateway:8000/v1 → none"
     now["run"]["api_base"] = "http://old-gateway:8000/v1"
     assert check_comparable(baseline_document(old), now["run"], {}) == []
+    # A local server on another free port (the demo's simulator, a test proxy) is no new deployment...
+    old["run"]["api_base"], now["run"]["api_base"] = "http://127.0.0.1:46425/v1", "http://localhost:44405/v1"
+    assert check_comparable(baseline_document(old), now["run"], {}) == []
+    # ...but another path, scheme or a non-local host is.
+    for other in ("http://127.0.0.1:44405/v2", "https://127.0.0.1:44405/v1", "http://10.0.0.5:46425/v1"):
+        now["run"]["api_base"] = other
+        assert check_comparable(baseline_document(old), now["run"], {})[0]["what"] == "api_base", other
 
 
 def test_detectable_effect_warning_never_claims_more_than_100_pp() -> None:
