@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import pytest
 
 from pytest_orbench.coordinator import Request
-from pytest_orbench.dataset import Prompt, test_name
+from pytest_orbench.dataset import Prompt
 from pytest_orbench.fetcher import Outcome
 from pytest_orbench.judge import Verdict
 from pytest_orbench.records import PromptRecord, report_property
@@ -113,10 +113,6 @@ class PromptItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
         return self.path, None, term_safe(self.prompt.id, 200)  # the failure headline: an id is untrusted text
-
-
-def item_name(prompt: Prompt) -> str:
-    return test_name(prompt)  # checked unique within a custom file when it is read
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,10 @@ from pytest_orbench.dataset import (
     default_cache_dir,
     load_dataset,
     stratified_sample,
+    test_name,
 )
 from pytest_orbench.fetcher import Outcome
-from pytest_orbench.items import DatasetNode, PromptItem, Requests, item_name
+from pytest_orbench.items import DatasetNode, PromptItem, Requests
 from pytest_orbench.judge import Judgement, Verdict, make_judge
 from pytest_orbench.judge_calls import final_judgement, reply_text
 from pytest_orbench.options import format_age
@@ -199,14 +200,14 @@ class OrbenchPlugin:
 
     @staticmethod
     def nodeid(dataset: Dataset, prompt: Prompt) -> str:
-        return f"orbench/{dataset.name}::{item_name(prompt)}"
+        return f"orbench/{dataset.name}::{test_name(prompt)}"
 
     @pytest.hookimpl(tryfirst=True)  # before -k / -m deselection sees the item list
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
         for dataset in self.datasets:
             node = DatasetNode.from_parent(session, name=dataset.name, nodeid=f"orbench/{dataset.name}")
             created = [
-                PromptItem.from_parent(node, name=item_name(p), prompt=p, plugin=self,
+                PromptItem.from_parent(node, name=test_name(p), prompt=p, plugin=self,
                                        requests=self._requests[self.nodeid(dataset, p)])
                 for p in dataset.prompts
             ]
