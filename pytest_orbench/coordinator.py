@@ -60,10 +60,10 @@ def make_plan(store: Store, judge: Judge, requests: list[Request], fresh_after: 
     keys = list(dict.fromkeys(r.key for r in requests))
     # A stored reply cut at max_tokens before any text (kept by a version that judged it "empty") is asked
     # again, so that it becomes the error it is, not a refusal.
-    plan.stored = {k: r for k, r in store.get_many(keys, since=fresh_after).items()
+    plan.stored = {k: r for k, r in store.get_many(keys, fresh_after).items()
                    if no_visible_text(r.get("text"), r.get("finish_reason"), None) is None}
     if fresh_after is not None:
-        plan.stale = store.count_stale([k for k in keys if k not in plan.stored], since=fresh_after)
+        plan.stale = store.count_stored([k for k in keys if k not in plan.stored], before=fresh_after)
     seen: set[str] = set()
     judge_keys: dict[str, str] = {}
     unique: list[Request] = []
@@ -82,7 +82,7 @@ def make_plan(store: Store, judge: Judge, requests: list[Request], fresh_after: 
             if key is not None:
                 judge_keys[request.key] = key
     if judge_keys:
-        found = store.get_many(judge_keys.values(), since=fresh_after)
+        found = store.get_many(judge_keys.values(), fresh_after)
         plan.judged = {k: found[v] for k, v in judge_keys.items() if v in found}
         plan.unjudged = [r for r in unique if r.key in judge_keys and r.key not in plan.judged]
     return plan if offline else _fetching(plan)
@@ -362,7 +362,7 @@ class Coordinator:
                 try:
                     self.paid = self.store.paid_keys(self.run_id)
                     # Paid for but not stored: requests in a provider batch that is still open (--orbench-batch)
-                    self.unstored = len(self.paid) - len(self.store.get_many(self.paid))
+                    self.unstored = len(self.paid) - self.store.count_stored(self.paid)
                     self.store.clear_run(self.run_id)
                 except (OSError, sqlite3.Error):
                     pass  # bookkeeping (a full disk): the next run older than a day deletes it

@@ -238,35 +238,33 @@ class Store:
             return None
         return _with_age(row[0], row[1])
 
-    def get_many(self, keys: Iterable[str], max_age: float | None = None, *,
-                 since: float | None = None) -> dict[str, dict[str, Any]]:
-        """Stored records by key; with `max_age` seconds, older ones count as missing (asked again); with
-        `since` (a time.time()), those stored before it do."""
+    def get_many(self, keys: Iterable[str], since: float | None = None) -> dict[str, dict[str, Any]]:
+        """Stored records by key; with `since` (a time.time()), those stored before it count as missing
+        (asked again)."""
         keys = list(keys)
         found: dict[str, dict[str, Any]] = {}
         conn = self._conn()
-        oldest = since if since is not None else time.time() - max_age if max_age is not None else None
         for start in range(0, len(keys), 500):
             chunk = keys[start:start + 500]
             marks = ",".join("?" * len(chunk))
             for key, record, created in conn.execute(
                     f"SELECT key, record, created FROM responses WHERE key IN ({marks})", chunk):
-                if oldest is None or created >= oldest:
+                if since is None or created >= since:
                     found[key] = _with_age(record, created)
         return found
 
-    def count_stale(self, keys: Iterable[str], max_age: float = 0.0, *, since: float | None = None) -> int:
-        """How many of `keys` are stored but older than `max_age` seconds, or stored before `since` (a
-        time.time()): asked again this run."""
-        keys, stale = list(keys), 0
-        oldest = since if since is not None else time.time() - max_age
+    def count_stored(self, keys: Iterable[str], before: float | None = None) -> int:
+        """How many of `keys` are stored; with `before` (a time.time()), how many were stored before it (too
+        old: asked again this run). Counted in the database: no record is read."""
+        keys, count = list(keys), 0
         conn = self._conn()
         for start in range(0, len(keys), 500):
             chunk = keys[start:start + 500]
             marks = ",".join("?" * len(chunk))
-            stale += conn.execute(f"SELECT COUNT(*) FROM responses WHERE key IN ({marks}) AND created < ?",
-                                  (*chunk, oldest)).fetchone()[0]
-        return int(stale)
+            older = "" if before is None else " AND created < ?"
+            count += conn.execute(f"SELECT COUNT(*) FROM responses WHERE key IN ({marks}){older}",
+                                  (*chunk, *(() if before is None else (before,)))).fetchone()[0]
+        return int(count)
 
     def verdict(self, key: str) -> tuple[str, str] | None:
         """A built-in offline judge's stored (verdict, reason) on a reply, by verdict key."""

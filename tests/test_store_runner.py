@@ -36,8 +36,8 @@ def test_store_round_trip_ages_and_runs(tmp_path: Path) -> None:
                                       for k, r in store.get_many(["k", "x"]).items()} == {"k": {"text": "hi"}}
     # Too old for a max age: missing, so it is asked again; without a max age it is always there.
     time.sleep(0.05)
-    assert store.get("k", max_age=0.01) is None and store.get_many(["k"], max_age=0.01) == {}
-    assert store.count_stale(["k", "x"], 0.01) == 1 and store.get("k", max_age=60) is not None
+    assert store.get("k", max_age=0.01) is None and store.get_many(["k"], time.time() - 0.01) == {}
+    assert store.count_stored(["k", "x"], before=time.time() - 0.01) == 1 and store.get("k", max_age=60) is not None
     store.start_run("run", 2)
     store.commit_batch("run", [("k2", {"text": "two"})], [("k2", None, None, True, False), ("k3", "HTTP 503", None, True, False)],
                        done=2, errors=1)
