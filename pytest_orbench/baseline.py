@@ -19,8 +19,10 @@ from pytest_orbench.records import (
     PairedBlock,
     ResultsDocument,
     RunMeta,
+    against_live_base,
 )
 from pytest_orbench.schema import objects_problem, prompts_problem, run_problem, summary_mismatch
+from pytest_orbench.spec import is_loopback
 from pytest_orbench.stats import detectable_increase, mcnemar_p, paired_diff_ci, paired_share_diff_ci, sign_flip_p
 
 BASELINE_SCHEMA_VERSION = 1
@@ -148,11 +150,7 @@ def _local_port_only(one: str | None, other: str | None) -> bool:
     if not one or not other:
         return False
     a, b = urlsplit(one), urlsplit(other)
-
-    def loopback(host: str | None) -> bool:
-        return host is not None and (host == "localhost" or host == "::1" or host.startswith("127."))
-
-    return (loopback(a.hostname) and loopback(b.hostname) and a.scheme == b.scheme
+    return (is_loopback(a.hostname) and is_loopback(b.hostname) and a.scheme == b.scheme
             and a.path.rstrip("/") == b.path.rstrip("/"))
 
 
@@ -203,7 +201,7 @@ def check_comparable(baseline: BaselineDocument, run: RunMeta, prompt_hashes: di
     # recorded without credentials or query (session._endpoint_meta).
     old_base, new_base = old_run.get("api_base"), run.get("api_base")
     # A live base is asked in this same session: there two local ports are two servers running side by side.
-    live = run.get("compared_with") == "live base"
+    live = against_live_base(run)
     if old_base != new_base and (live or not _local_port_only(old_base, new_base)):
         changes.append({"what": "api_base", "baseline": old_base, "current": new_base,
                         "message": f"{old_base or 'none'} → {new_base or 'none'}"})

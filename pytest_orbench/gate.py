@@ -10,7 +10,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_orbench.baseline import check_comparable, compare, detectable_of
-from pytest_orbench.records import BaselineDocument, Comparison, GateCheck, GateResult, ResultsDocument
+from pytest_orbench.records import (
+    BaselineDocument,
+    Comparison,
+    GateCheck,
+    GateResult,
+    ResultsDocument,
+    against_live_base,
+)
 from pytest_orbench.report import error_shown, pp
 
 GLOBAL_KEYS = {"error_budget", "alpha", "tolerance_pp"}
@@ -118,7 +125,7 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
     sizes: list[tuple[str, Comparison, float, float, bool]] = []  # regression checks: name, comparison, alpha,
     # tolerance, whether some of the run's prompts were not compared
     selected = {name: meta.get("selected") for name, meta in ((results.get("run") or {}).get("datasets") or {}).items()}
-    live = (results.get("run") or {}).get("compared_with") == "live base"
+    live = against_live_base(results.get("run") or {})
     base_sets = (results.get("base") or {}).get("datasets") or {} if live else {}
     for name, summary in results["datasets"].items():
         limits = config.limits(name)

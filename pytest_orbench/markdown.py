@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_orbench.chart import mermaid, our_points, paper_points
-from pytest_orbench.records import ResultsDocument, RunMeta
+from pytest_orbench.records import ResultsDocument, RunMeta, against_live_base
 from pytest_orbench.report import P_EXPLAINED, drift_lines, error_shown, pct, pp
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#!|~])")
@@ -89,7 +89,7 @@ def _ci_pp(ci: list[float]) -> str:
 
 def _against(results: ResultsDocument) -> str:
     """The compared column's heading: the live base asked in this run, or the baseline file."""
-    return "live base" if results["run"].get("compared_with") == "live base" else "baseline"
+    return "live base" if against_live_base(results["run"]) else "baseline"
 
 
 def _dataset_rows(results: ResultsDocument) -> list[str]:
@@ -145,7 +145,7 @@ def _errors(results: ResultsDocument) -> list[str]:
     lines = []
     errored, reasons = error_reasons(results)
     # Only when the gate compared with the live base (not `orbench compare` of such a run against a file).
-    live = results["run"].get("compared_with") == "live base"
+    live = against_live_base(results["run"])
     base_errored = sum(1 for p in results["prompts"] if live and isinstance(p.get("base"), dict)
                        and p["base"].get("verdict") == "error" and p["base"].get("error_from", "endpoint") == "endpoint")
     base = f"; under the live base, no reply for {base_errored} prompts" if base_errored else ""
@@ -168,7 +168,7 @@ def _changes(results: ResultsDocument) -> list[str]:
     changes = results.get("changes")
     if changes is None:
         return []
-    live = results["run"].get("compared_with") == "live base"
+    live = against_live_base(results["run"])
     against = "the live base (the same prompts asked under the base configuration in this run)" if live \
         else "the baseline file"
     base = results["run"].get("base") or {}

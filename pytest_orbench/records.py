@@ -9,6 +9,7 @@ and read back by `orbench compare` and the Action. The one boundary from JSON is
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
 
@@ -33,6 +34,14 @@ def record_of(name: str, value: object) -> PromptRecord | None:
     if name != REPORT_PROPERTY or not isinstance(value, str):
         return None
     return cast(PromptRecord, json.loads(value))
+
+
+LIVE_BASE = "live base"  # run.compared_with when the gate compared with the live base asked in the same session
+
+
+def against_live_base(run: Mapping[str, Any]) -> bool:
+    """Whether the run was compared with its live base (asked in this session), not with a baseline file."""
+    return run.get("compared_with") == LIVE_BASE
 
 
 class Usage(TypedDict):

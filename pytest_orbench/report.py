@@ -19,6 +19,7 @@ from pytest_orbench.records import (
     RateBlock,
     ResultsDocument,
     RunMeta,
+    against_live_base,
 )
 from pytest_orbench.schema import VERDICT_REFUSED, refusal_share
 from pytest_orbench.stats import share_interval
@@ -204,7 +205,7 @@ def terminal_lines(run: RunMeta, summaries: dict[str, DatasetSummary], categorie
     compared = [(name, s["comparison"]) for name, s in summaries.items() if s.get("comparison")]
     if compared:
         lines.append("")
-        against = "vs live base" if run.get("compared_with") == "live base" else "vs baseline"
+        against = "vs live base" if against_live_base(run) else "vs baseline"
         rows = [[against, "n", "base" if against == "vs live base" else "baseline", "current", "delta", "95% CI", "p", "p adj.", "newly refused",
                  "newly answered"]]
         for name, c in compared:

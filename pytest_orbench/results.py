@@ -20,7 +20,7 @@ from pytest_orbench.gate import BLOCKING, assess, mark_stopped
 from pytest_orbench.judge import Judge, Verdict
 from pytest_orbench.outputs import write_outputs
 from pytest_orbench.progress import ProgressDisplay
-from pytest_orbench.records import BaselineDocument, PromptRecord, ResultsDocument, RunMeta, Usage, record_of
+from pytest_orbench.records import LIVE_BASE, BaselineDocument, PromptRecord, ResultsDocument, RunMeta, Usage, record_of
 from pytest_orbench.report import (
     drift_lines,
     gate_lines,
@@ -198,7 +198,7 @@ class RunResults:
                                             for n, d in base_results["datasets"].items()}}
             if self.plugin.baseline is not None:
                 results["drift"] = drift(self.plugin.baseline, base_results, s.gate.alpha)
-        run["compared_with"] = ("live base" if s.base is not None else
+        run["compared_with"] = (LIVE_BASE if s.base is not None else
                                 f"baseline file {s.baseline}" if self.plugin.baseline is not None else None)
         uncompared = None
         if s.base is not None and not run.get("base", {}).get("differs"):

@@ -26,6 +26,7 @@ from pytest_orbench.options import BY_KEY, MAX_TRIALS, MIN_MARKDOWN_CHARS, OPTIO
 from pytest_orbench.prompt_file import PromptFileError, extract, split
 from pytest_orbench.spec import (
     ENDPOINT_KWARGS,
+    LOOPBACK,
     TARGET_PARAMETERS,
     LoadError,
     ModelSpec,
@@ -548,7 +549,7 @@ BASE_KEYS = ("model", "api_base", "api_key_env", "system_prompt", "system_prompt
 
 
 # The loopback interface by any of its names, before an optional port: one machine, one server.
-_LOOPBACK = re.compile(r"^(?:localhost|127(?:\.\d{1,3}){3}|::1)(?=:\d+$|$)", re.IGNORECASE)
+_LOOPBACK = re.compile(rf"^(?:{LOOPBACK})(?=:\d+$|$)", re.IGNORECASE)
 
 
 def _same_place(one: str, other: str) -> bool:

@@ -18,8 +18,13 @@ from urllib.parse import urlsplit, urlunsplit
 from pytest_orbench.store import response_key
 
 SECRET_WORDS = re.compile(r"key|token|secret|password|authorization|credential", re.IGNORECASE)
+# The loopback interface by any of its names: one machine.
+LOOPBACK = r"localhost|127(?:\.\d{1,3}){3}|::1"
 
 
+def is_loopback(host: str | None) -> bool:
+    """A host name (no port) of this machine's loopback interface."""
+    return host is not None and re.fullmatch(LOOPBACK, host, re.IGNORECASE) is not None
 
 
 def secret_name(key: str) -> bool:
