@@ -186,6 +186,33 @@ def test_help_shows_while_the_settings_are_wrong(pytester: pytest.Pytester, monk
     result.stdout.fnmatch_lines(["*--orbench-model*"])
 
 
+def test_the_plugins_modules_are_imported_as_python_does_and_your_asserts_still_rewritten(
+        pytester: pytest.Pytester, mock: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # pytest marks every module of an installed plugin's package for assertion rewriting (as the conftest
+    # does here, for a source tree that is not installed as a wheel). With PYTHONDONTWRITEBYTECODE set it
+    # then parsed, rewrote and compiled the plugin's ~25 modules on every run, ignoring pip's compiled files.
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    pytester.makeconftest("""
+        import sys
+        import pytest
+
+        pytest.register_assert_rewrite("pytest_orbench")
+
+        def pytest_sessionfinish(session):
+            with open("loaders.txt", "w") as fh:
+                for name in ("pytest_orbench.session", "pytest_orbench.store", "test_mine"):
+                    fh.write(f"{name} {type(sys.modules[name].__loader__).__name__}\\n")
+    """)
+    pytester.makepyfile(test_mine="def test_mine():\n    mine = 2\n    assert mine == 3\n")
+    result = pytester.runpytest_subprocess(*mock_args(mock, "--orbench-sample", "2", "--orbench-seed", "5",
+                                                      "-W", "ignore::pytest.PytestAssertRewriteWarning"))
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*assert 2 == 3*"])  # your test's assert still shows its values
+    assert (pytester.path / "loaders.txt").read_text().splitlines() == [
+        "pytest_orbench.session SourceFileLoader", "pytest_orbench.store SourceFileLoader",
+        "test_mine AssertionRewritingHook"]
+
+
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["n0", "n2"])
 def test_your_objects_are_still_finalized_at_exit(pytester: pytest.Pytester, mock: Any, workers: list[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
