@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 import sqlite3
 import time
@@ -168,6 +169,11 @@ class OrbenchPlugin:
         # (where the calls go follows from the model, api_base and target, which are listed themselves)
         differs = [k for k in head if k not in ("system_prompt_source", "calls_to") and head.get(k) != base.get(k)]
         return {**base, "differs": differs}
+
+    @functools.cached_property
+    def runs_no_test(self) -> bool:
+        """`results.dry_run`, read once per session by the prompt tests (it was ~20 us a test)."""
+        return dry_run(self.config)
 
     def pytest_report_header(self, config: pytest.Config) -> str:
         return header_line(self.run_meta())
