@@ -31,7 +31,7 @@ SHARD_MIN_JOBS = 200
 MAX_SHARDS = 2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Request:
     """One prompt test's reply: its store key and the prompt text."""
 

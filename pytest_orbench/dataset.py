@@ -103,7 +103,7 @@ class DatasetSpec:
         return self.path is None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Prompt:
     """One prompt to send; `id` is stable across runs of the same pinned file."""
 

@@ -56,7 +56,7 @@ class Batcher(Protocol):
     async def run(self, jobs: list[Job], stop: asyncio.Event, sink: Any) -> None: ...
 
 
-@dataclass
+@dataclass(slots=True)
 class Outcome:
     """What a test gets: a reply record (and its LLM judge record), or the error that remained after the retries."""
 

@@ -122,7 +122,7 @@ class PromptItem(pytest.Item):
         return self.path, None, term_safe(self.prompt.id, 200)  # the failure headline: an id is untrusted text
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Requests:
     """One prompt test's replies: a trial each under the configuration tested, and under the live base."""
 

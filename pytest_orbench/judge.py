@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Protocol
 
-from pytest_orbench.lexical import RefusalModel, load_model, read
+from pytest_orbench.refusal_model import RefusalModel, load_model
 from pytest_orbench.spec import LoadError, ModelSpec, load_callable, public_kwargs, redact_url
 
 
@@ -122,6 +122,8 @@ class KeywordJudge(_Offline):
         delivered = _delivery(reply, finish_reason)
         if delivered is not None:
             return delivered
+        from pytest_orbench.lexical import read  # its ~150 patterns: only when a reply is judged, not on a re-run
+
         reading = read(prompt, reply)
         present = reading.features
         p = self.model.score(present)

@@ -91,6 +91,7 @@ class OrbenchPlugin:
             self.coordinator.on_wait = self.progress.waiting
             # The records come to the controller in the test reports.
             config.pluginmanager.register(RunResults(self), "orbench-results")
+        self._key_fields: dict[tuple[int, int], dict[str, Any]] = {}  # (configuration, trial) -> what keys hash
         self._requests: dict[str, Requests] = {}  # node id -> every call its test needs
         self._prompt_ids: dict[str, str] = {}  # node id -> prompt id
         for d in self.datasets:
@@ -188,16 +189,18 @@ class OrbenchPlugin:
     def request(self, prompt: Prompt, trial: int = 0, config: int = 0) -> Request:
         """The prompt's store key: everything that determines its reply (never a secret). Trials of one
         prompt are separate replies (trial index in the key); identical configurations share keys."""
-        s = self.settings if config == 0 else self.settings.base
-        assert s is not None
-        base = {
-            "target": s.target, "model": s.model, "api_base": redact_url(s.api_base),
-            "params": s.params, "system_prompt": s.system_prompt, "trial": trial,
-            # A new revision of the application behind `target:` (or of anything else the user names)
-            # is asked again; without one the keys stay as they were.
-            **({"revision": s.revision} if s.revision else {}),
-        }
-        return Request(response_key({**base, "prompt": prompt.text}), prompt.text, config)
+        fields = self._key_fields.get((config, trial))
+        if fields is None:  # the same for every prompt: made once per configuration and trial
+            s = self.settings if config == 0 else self.settings.base
+            assert s is not None
+            fields = self._key_fields[(config, trial)] = {
+                "target": s.target, "model": s.model, "api_base": redact_url(s.api_base),
+                "params": s.params, "system_prompt": s.system_prompt, "trial": trial,
+                # A new revision of the application behind `target:` (or of anything else the user names)
+                # is asked again; without one the keys stay as they were.
+                **({"revision": s.revision} if s.revision else {}),
+            }
+        return Request(response_key({**fields, "prompt": prompt.text}), prompt.text, config)
 
     def requests(self, prompt: Prompt) -> Requests:
         trials = range(self.settings.trials)

@@ -45,7 +45,8 @@ sys.path.insert(0, str(ROOT))
 from pytest_orbench.jsonfile import write_atomic  # noqa: E402
 from pytest_orbench.judge import KeywordJudge, PrefixJudge  # noqa: E402
 from pytest_orbench.judgeeval import Example, LabeledError, evaluate, judge_examples, load_labeled  # noqa: E402
-from pytest_orbench.lexical import MODEL_SCHEMA, RefusalModel, features, weights_digest  # noqa: E402
+from pytest_orbench.lexical import features  # noqa: E402
+from pytest_orbench.refusal_model import MODEL_SCHEMA, RefusalModel, weights_digest  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "judge-data" / "refusal-dev.csv"
 DEFAULT_OUT = ROOT / "pytest_orbench" / "data" / "refusal-model.json"

@@ -13,7 +13,7 @@ import pytest
 
 from pytest_orbench import DEFAULT_JUDGE
 from pytest_orbench.judge import KeywordJudge, Verdict
-from pytest_orbench.lexical import RefusalModel
+from pytest_orbench.refusal_model import RefusalModel
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "train_judge.py"
