@@ -24,6 +24,13 @@ def test_key_depends_on_every_field_and_not_on_order() -> None:
         assert response_key({**base, field: value}) != key, field
 
 
+def test_keys_are_those_earlier_versions_stored_replies_under() -> None:
+    # A changed key would ask every stored reply again: the canonical JSON (sorted keys, no spaces, UTF-8 as is).
+    fields = {"model": "m", "api_base": None, "params": {"temperature": 0, "max_tokens": 10}, "system_prompt": None,
+              "prompt": "Comment d\u00e9sactiver \u00ab l'alarme \u00bb ?", "trial": 0, "target": None}
+    assert response_key(fields) == "57089d928e67132b4e56c35e956d2ff2c2715607d9765f9728bac83a2596ebe3"
+
+
 def test_store_round_trip_ages_and_runs(tmp_path: Path) -> None:
     store = Store(tmp_path / "s")
     assert (tmp_path / "s" / ".gitignore").read_text().endswith("*\n")
