@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import ast
 import json
-import tomllib
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 KINDS = {".yaml": "YAML", ".yml": "YAML", ".json": "JSON", ".toml": "TOML", ".py": "Python"}
 
@@ -94,6 +91,10 @@ def _what_is_there(data: Any, where: str) -> str:
 
 
 def _structured(text: str, path: str, what: str) -> Any:
+    import tomllib  # (~15 ms for the two, imported only for a prompt kept in such a file)
+
+    import yaml
+
     try:
         if what == "YAML":
             return yaml.safe_load(text)

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import yaml
 
 from pytest_orbench.dataset import BUILTINS, DatasetError, DatasetSpec, parse_spec, spec_from_mapping
 from pytest_orbench.gate import GateConfig, GateConfigError, parse_gate
@@ -165,6 +164,8 @@ def _finite(number: float, where: str, value: Any) -> float:
 
 def load_yaml_file(path: Path) -> dict[str, Any]:
     """The mapping in an orbench.yaml; ValueError naming the file otherwise (no pytest needed)."""
+    import yaml  # (~10 ms: a run configured by options alone never reads YAML)
+
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:

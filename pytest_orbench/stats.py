@@ -4,10 +4,9 @@ Spearman."""
 from __future__ import annotations
 
 import math
-from statistics import NormalDist
 from typing import Any
 
-Z95 = NormalDist().inv_cdf(0.975)
+Z95 = 1.9599639845400536  # statistics.NormalDist().inv_cdf(0.975) (statistics imports fractions and decimal)
 
 
 def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
@@ -121,6 +120,8 @@ def detectable_increase(n: int, alpha: float = 0.05, power: float = 0.8, noise: 
     """
     if n <= 0:
         return 1.0
+    from statistics import NormalDist
+
     z_a = NormalDist().inv_cdf(1 - alpha)
     z_b = NormalDist().inv_cdf(power)
 

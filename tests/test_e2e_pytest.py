@@ -186,6 +186,26 @@ def test_help_shows_while_the_settings_are_wrong(pytester: pytest.Pytester, monk
     result.stdout.fnmatch_lines(["*--orbench-model*"])
 
 
+def test_a_warm_rerun_imports_neither_litellm_nor_the_judges_reading_rules_nor_yaml(pytester: pytest.Pytester,
+                                                                                     mock: Any) -> None:
+    # Every reply and verdict is stored: nothing is asked or judged, and a run configured by options alone
+    # reads no YAML. Each of these imports cost a re-run of 1,974 prompts 2-15 ms (lexical: ~150 patterns).
+    pytester.makeconftest("""
+        import sys
+
+        def pytest_unconfigure(config):
+            heavy = ("litellm", "pytest_orbench.lexical", "pytest_orbench.fetchproc", "yaml", "tomllib", "statistics")
+            with open("imported.txt", "a") as fh:
+                fh.write(" ".join(m for m in heavy if m in sys.modules) + "\\n")
+    """)
+    args = mock_args(mock, "--orbench-sample", "6", "--orbench-seed", "5")
+    assert pytester.runpytest_subprocess(*args).ret == 0
+    assert pytester.runpytest_subprocess(*args).ret == 0
+    cold, warm = (pytester.path / "imported.txt").read_text().splitlines()
+    assert "pytest_orbench.lexical" in cold.split()  # the first run judged its replies
+    assert warm == ""
+
+
 def test_the_plugins_modules_are_imported_as_python_does_and_your_asserts_still_rewritten(
         pytester: pytest.Pytester, mock: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # pytest marks every module of an installed plugin's package for assertion rewriting (as the conftest
