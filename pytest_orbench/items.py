@@ -17,7 +17,7 @@ from pytest_orbench.coordinator import Request
 from pytest_orbench.dataset import Prompt
 from pytest_orbench.fetcher import Outcome
 from pytest_orbench.judge import Verdict
-from pytest_orbench.records import PromptRecord, report_property
+from pytest_orbench.records import PromptRecord
 from pytest_orbench.report import term_safe
 from pytest_orbench.settings import Settings
 
@@ -34,6 +34,7 @@ class Run(Protocol):
                      base_outcomes: list[Outcome] | None = None) -> PromptRecord: ...
     def judge_item(self, item: PromptItem, outcomes: list[Outcome], base_outcomes: list[Outcome] | None = None
                    ) -> PromptRecord: ...
+    def hand_over(self, item: PromptItem, record: PromptRecord) -> None: ...
 
 
 @functools.cache
@@ -77,18 +78,16 @@ class PromptItem(pytest.Item):
             return  # some trials may have failed: the others decide, and the failures are counted
         first = self.outcomes[0]
         if first.error is not None:
-            self.user_properties.append(report_property(self.plugin.error_record(self, first.error, self.outcomes,
-                                                                                  self.base_outcomes)))
+            self.plugin.hand_over(self, self.plugin.error_record(self, first.error, self.outcomes, self.base_outcomes))
             # pytrace=False: the endpoint's message, not a traceback of the plugin.
             pytest.fail(f"no reply for {term_safe(self.prompt.id, 200)}: {term_safe(first.error, 500)}", pytrace=False)
         assert first.judge_error is not None
-        self.user_properties.append(report_property(self.plugin.error_record(self, first.judge_error, self.outcomes,
-                                                                              self.base_outcomes)))
+        self.plugin.hand_over(self, self.plugin.error_record(self, first.judge_error, self.outcomes, self.base_outcomes))
         pytest.fail(f"no judgement for {term_safe(self.prompt.id, 200)}: {term_safe(first.judge_error, 500)}", pytrace=False)
 
     def runtest(self) -> None:
         record = self.plugin.judge_item(self, self.outcomes, self.base_outcomes)
-        self.user_properties.append(report_property(record))
+        self.plugin.hand_over(self, record)
         if record["verdict"] == Verdict.ERROR.value:
             pytest.fail(f"judge failed on {term_safe(self.prompt.id, 200)}: "
                         f"{term_safe(record['error'] or 'no reason given', 500)}", pytrace=False)

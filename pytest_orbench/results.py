@@ -20,7 +20,7 @@ from pytest_orbench.gate import BLOCKING, assess, mark_stopped
 from pytest_orbench.judge import Judge, Verdict
 from pytest_orbench.outputs import write_outputs
 from pytest_orbench.progress import ProgressDisplay
-from pytest_orbench.records import LIVE_BASE, BaselineDocument, PromptRecord, ResultsDocument, RunMeta, Usage, record_of
+from pytest_orbench.records import LIVE_BASE, BaselineDocument, PromptRecord, ResultsDocument, RunMeta, Usage
 from pytest_orbench.report import (
     drift_lines,
     gate_lines,
@@ -52,6 +52,7 @@ class Run(Protocol):
 
     def run_meta(self, config: int = 0) -> RunMeta: ...
     def keys_of(self, prompt_ids: Collection[str]) -> set[str]: ...
+    def take_record(self, report: pytest.TestReport) -> PromptRecord | None: ...
 
 
 # pytest options after which it only shows something (what would run, fixtures, markers) and runs no test.
@@ -132,10 +133,9 @@ class RunResults:
             self.plugin.progress.result()
             return  # its user properties are those of the setup or call report, read already
         self.plugin.progress.done_waiting()
-        for name, value in report.user_properties:
-            record = record_of(name, value)  # made by session.judge_item
-            if record is not None:
-                self.records[record["id"]] = record
+        record = self.plugin.take_record(report)
+        if record is not None:
+            self.records[record["id"]] = record
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:

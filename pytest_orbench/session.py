@@ -34,7 +34,17 @@ from pytest_orbench.judge import Judgement, Verdict, make_judge
 from pytest_orbench.judge_calls import final_judgement, reply_text
 from pytest_orbench.options import format_age
 from pytest_orbench.progress import ProgressDisplay
-from pytest_orbench.records import BaselineDocument, BaseRecord, Combined, Costs, PromptRecord, RunMeta, TrialVerdict
+from pytest_orbench.records import (
+    BaselineDocument,
+    BaseRecord,
+    Combined,
+    Costs,
+    PromptRecord,
+    RunMeta,
+    TrialVerdict,
+    record_of,
+    report_property,
+)
 from pytest_orbench.report import header_line
 from pytest_orbench.results import RunResults, dry_run
 from pytest_orbench.settings import Settings
@@ -77,6 +87,7 @@ class OrbenchPlugin:
                 raise pytest.UsageError(f"pytest-orbench: {exc}") from None
             self.baseline_refused = {p["id"]: p["refused"] for p in self.baseline["prompts"]}
         self._new_verdicts: list[tuple[str, str, str]] = []
+        self._made: dict[str, PromptRecord] = {}  # node id -> its record, until its report reaches the results
         self.started = time.time()
         # Stored replies older than the max age at the session's start are asked again: one cutoff, decided
         # on the controller and handed to the workers, so that a worker never takes a reply the fetcher asks
@@ -473,6 +484,25 @@ class OrbenchPlugin:
         if base_outcomes:
             record["base"] = self._base(item, base_outcomes)
         return record
+
+    def hand_over(self, item: PromptItem, record: PromptRecord) -> None:
+        """The prompt's record, for the results: as JSON in its test's reports (what xdist carries to the
+        controller, and --junitxml shows); in the process that gathers the results (no xdist worker) also as
+        it is, by node id, so that it is not decoded again (`take_record`)."""
+        item.user_properties.append(report_property(record))
+        if not self.is_worker:
+            self._made[item.nodeid] = record
+
+    def take_record(self, report: pytest.TestReport) -> PromptRecord | None:
+        """The record a test report carries (made by `hand_over`), if any."""
+        made = self._made.pop(report.nodeid, None)
+        if made is not None:
+            return made
+        for name, value in report.user_properties:
+            record = record_of(name, value)
+            if record is not None:
+                return record
+        return None
 
     def _base(self, item: PromptItem, base_outcomes: list[Outcome]) -> BaseRecord:
         """The prompt as the live base answered it: its verdict, or its error, and what its calls cost."""
