@@ -215,11 +215,11 @@ def main() -> int:
         print("\n".join(rows))
         return 0
 
-    # Warm re-run: every reply stored. Twice, interleaved with bare pytest: in this environment as it is,
-    # and as on a machine that keeps bytecode (pytest's default). With PYTHONDONTWRITEBYTECODE set (this
-    # VM, many Docker images), pytest rewrites the asserts of every module of every plugin's package on
-    # every run (it cannot cache them), while bare pytest's own modules load from pip's .pyc. The second
-    # pass runs an installed copy of the package, caches primed by one run of each.
+    # Warm re-run: every reply stored. Twice, interleaved with bare pytest: in this environment as it is
+    # (the source tree with PYTHONDONTWRITEBYTECODE set, as this VM and many Docker images: the package's
+    # modules are compiled on every run, while bare pytest's own load from pip's .pyc), and as an installed
+    # copy whose .pyc files are written (as pip leaves a package), caches primed by one run of each. (The
+    # package's modules are imported without pytest's assertion rewriting: plugin._ImportAsPython.)
     with mock_server() as url:
         store = work / "store-warm"
         timed(plugin_cmd(url, store, 32), runs, env)
@@ -246,7 +246,7 @@ def main() -> int:
                 f"{'0' if calls else 'some'}) vs bare pytest, {n} trivial tests; bytecode writing {bytecode} (this "
                 f"environment) | {summary(warm)} | {summary(bare)} | "
                 f"{statistics.median(warm) / statistics.median(bare):.2f}x | <= 1.3x, no litellm import |")
-    rows.append(f"| the same, installed copy, bytecode kept (pytest caches its rewritten modules) | {summary(warm_cached)} | "
+    rows.append(f"| the same, installed copy with its .pyc files, as pip leaves a package | {summary(warm_cached)} | "
                 f"{summary(bare_cached)} | {statistics.median(warm_cached) / statistics.median(bare_cached):.2f}x | "
                 "<= 1.3x |")
     if args.only == "warm":
