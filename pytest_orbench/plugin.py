@@ -38,8 +38,10 @@ class _ImportAsPython:
         return PathFinder.find_spec(name, path, target)
 
 
-if not any(isinstance(finder, _ImportAsPython) for finder in sys.meta_path):
+# Once per process, even when this module is imported again (pytester's in-process runs restore sys.modules).
+if not any(type(finder).__qualname__ == _ImportAsPython.__qualname__ for finder in sys.meta_path):
     sys.meta_path.insert(0, _ImportAsPython())
+
 NODE_PREFIX = "orbench/"  # prompt tests are `orbench/<dataset>::<category>-<id>`: no file behind them
 
 
