@@ -36,6 +36,7 @@ from pytest_orbench.client import (
     secrets_of,
 )
 from pytest_orbench.prices import Price, price_of
+from pytest_orbench.records import NOT_REQUESTED
 from pytest_orbench.spec import ModelSpec, provider_of, redact_url
 
 if TYPE_CHECKING:
@@ -251,7 +252,7 @@ class BatchPhase:
                 sink.fail(job, f"not answered yet: {why} while batch {batch_id} was {self.active[batch_id].status}; "
                                "run again to collect it (it is not submitted again)", True)
             else:
-                sink.fail(job, self.last_problem.get(key, f"not requested: {why}"), False)
+                sink.fail(job, self.last_problem.get(key, f"{NOT_REQUESTED}{why}"), False)
         self.waiting.clear()
         sink.note(None)
 
@@ -270,7 +271,7 @@ class BatchPhase:
             return
         if self.max_cost is not None and sink.spent >= self.max_cost:
             for job in jobs:
-                self._fail(job, f"not requested: the run's spend reached the --orbench-max-cost limit "
+                self._fail(job, f"{NOT_REQUESTED}the run's spend reached the --orbench-max-cost limit "
                                 f"(${sink.spent:.4f} of ${self.max_cost:.4f}); what was paid for is stored", sink, False)
             return
         fatal: str | None = None  # a rejected key: the other files are not tried

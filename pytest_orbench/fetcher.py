@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from pytest_orbench.client import Caller, EndpointError, call_with_retries
 from pytest_orbench.judge import Judge
 from pytest_orbench.judge_calls import JudgeStage, judge_key, reply_text
+from pytest_orbench.records import NOT_REQUESTED
 from pytest_orbench.store import Store, unusable
 
 BATCH_SECONDS = 0.05  # replies and outcomes are committed together at most this late
@@ -135,7 +136,7 @@ class FetchLoop:
             reason = self._fatal or "the run stopped before this prompt was asked"
             while not queue.empty():
                 job = queue.get_nowait()
-                self._finish(job, Outcome(error=f"not requested: {reason}"))
+                self._finish(job, Outcome(error=f"{NOT_REQUESTED}{reason}"))
             flusher.cancel()
             try:
                 self._flush()
@@ -185,7 +186,7 @@ class FetchLoop:
             # leaves the run under test asking its own endpoint, and the other way round.
             stopped = self._fatal or self._dead.get(job.config)
             if stopped is not None:
-                return Outcome(error=f"not requested: {stopped}")
+                return Outcome(error=f"{NOT_REQUESTED}{stopped}")
             caller = self._callers[job.config]
             try:
                 reply, attempts, seconds = await call_with_retries(

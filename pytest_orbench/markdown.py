@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_orbench.chart import mermaid, our_points, paper_points
-from pytest_orbench.records import ResultsDocument, RunMeta, against_live_base
+from pytest_orbench.records import NOT_REQUESTED, ResultsDocument, RunMeta, against_live_base
 from pytest_orbench.report import P_EXPLAINED, drift_lines, error_shown, pct, pp
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#!|~])")
@@ -137,7 +137,7 @@ def error_reasons(results: ResultsDocument, limit: int = 3, source: str = "endpo
         text = error_shown(prompt, error)
         counts[text] = counts.get(text, 0) + 1
     # The cause before its consequence: "not requested: <the cause>" follows the errors it stopped calls for.
-    return errored, sorted(counts.items(), key=lambda item: (item[0].startswith("not requested:"), -item[1]))[:limit]
+    return errored, sorted(counts.items(), key=lambda item: (item[0].startswith(NOT_REQUESTED), -item[1]))[:limit]
 
 
 def _errors(results: ResultsDocument) -> list[str]:

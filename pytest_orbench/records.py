@@ -20,6 +20,9 @@ RESULTS_SCHEMA = "pytest-orbench/results"
 BASELINE_SCHEMA = "pytest-orbench/baseline"
 RESULTS_SCHEMA_VERSION = 1
 REPORT_PROPERTY = "orbench"
+# How the error of a prompt whose call was never made begins: the calls had stopped before it (a rejected key,
+# a refused connection, the cost limit, an interruption). Counted apart from the replies that failed.
+NOT_REQUESTED = "not requested: "
 
 
 def report_property(record: PromptRecord) -> tuple[str, str]:
@@ -37,6 +40,12 @@ def record_of(name: str, value: object) -> PromptRecord | None:
 
 
 LIVE_BASE = "live base"  # run.compared_with when the gate compared with the live base asked in the same session
+
+
+def never_asked(record: Mapping[str, Any]) -> bool:
+    """Whether this verdict (a prompt's, or its live base's) is an endpoint error for a call never made."""
+    return (record.get("verdict") == "error" and record.get("error_from") != "judge"
+            and str(record.get("error") or "").startswith(NOT_REQUESTED))
 
 
 def against_live_base(run: Mapping[str, Any]) -> bool:
@@ -144,7 +153,7 @@ class RunMeta(TypedDict, total=False):
     trials: int
     base: dict[str, Any]  # the live base's endpoint facts and what differs
     datasets: dict[str, dict[str, Any]]  # per dataset: source file, sha256, revision, total, selected, expected
-    calls: dict[str, int]  # made, stored (per reply), errors (prompts with no reply); prompts, shared (prompts whose reply another's call made)
+    calls: dict[str, int]  # made, stored (per reply), errors (prompts with no reply; not_requested: never asked); prompts, shared (prompts whose reply another's call made)
     spend: dict[str, dict[str, Any]]  # endpoint / base / judge: tokens and cost_usd (None: price unknown)
     judge_calls: dict[str, int]  # sent_to_llm, decided_without_llm, made, errors (per reply, the live base's too)
     served: dict[str, dict[str, int]]  # models and system fingerprints the provider reported, with counts

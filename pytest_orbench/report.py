@@ -237,7 +237,9 @@ def terminal_lines(run: RunMeta, summaries: dict[str, DatasetSummary], categorie
         lines.append("")
         lines.append(
             f"calls: {calls['made']} made this run, {calls['stored']} replies from the store, "
-            f"{calls['errors']} errors after retries" + _shared_text(calls) + _spend_text(run.get("spend", {}).get("endpoint"))
+            f"{calls['errors'] - calls.get('not_requested', 0)} errors after retries"
+            + (f", {calls['not_requested']} prompts not asked (the calls had stopped)" if calls.get("not_requested") else "")
+            + _shared_text(calls) + _spend_text(run.get("spend", {}).get("endpoint"))
             + (f"; {calls['fetched_not_run']} more fetched for prompts that did not run (stored; not counted here)"
                if calls.get("fetched_not_run") else "")
         )

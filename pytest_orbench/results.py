@@ -20,7 +20,15 @@ from pytest_orbench.gate import BLOCKING, assess, mark_stopped
 from pytest_orbench.judge import Judge, Verdict
 from pytest_orbench.outputs import write_outputs
 from pytest_orbench.progress import ProgressDisplay
-from pytest_orbench.records import LIVE_BASE, BaselineDocument, PromptRecord, ResultsDocument, RunMeta, Usage
+from pytest_orbench.records import (
+    LIVE_BASE,
+    BaselineDocument,
+    PromptRecord,
+    ResultsDocument,
+    RunMeta,
+    Usage,
+    never_asked,
+)
 from pytest_orbench.report import (
     drift_lines,
     gate_lines,
@@ -158,9 +166,13 @@ class RunResults:
             # Replies the endpoint failed to give, the live base's included (its calls are counted in `made`
             # too); a reply the judge left without a judgement is the judge's error, not the endpoint's.
             "errors": sum(_endpoint_error(r) + _endpoint_error(r.get("base") or {}) for r in owners),
+            # Of those, the prompts never asked: the calls had stopped (a rejected key, a refused connection).
             "prompts": len(records),
             "shared": len(records) - len(owners),
         }
+        never = sum(never_asked(r) + never_asked(r.get("base") or {}) for r in owners)
+        if never:
+            run["calls"]["not_requested"] = never
         # Calls made for prompt tests that then did not run (-x, Ctrl-C after the fetch got ahead): paid for
         # and stored, but in no record; counted apart so the run's calls and spend are not mistaken for all of it.
         unrun = len(self.plugin.coordinator.paid - self.plugin.keys_of(self.records.keys()))
