@@ -34,10 +34,12 @@ STALE_SECONDS = 30.0  # a fetcher silent for this long is taken for dead
 LOCKED_SECONDS = 180.0
 DRAIN = 60.0  # seconds a stop waits for requests already in flight (paid for: keep them)
 UNUSABLE_STOP = 5  # this many replies without text (max_tokens too low) before any usable one: stop calling
-# This many prompts in a row whose every attempt found the endpoint unreachable (connection refused, DNS, TLS),
-# with no reply between them, after it had answered: it went away (a server stopped mid-run). Each such prompt
-# spent its retries' backoff (~4-8 s at the default 4), so a blip is over long before; without this stop every
-# remaining prompt spent them too (200 prompts at concurrency 4: 4 minutes of refused connections).
+# This many prompts in a row whose every attempt found the endpoint unreachable (connection refused, DNS, TLS)
+# or timed out, with no reply between them, after it had answered: it went away (a server stopped mid-run) or
+# hung. Each such prompt spent its retries' backoff (~4-8 s at the default 4), or (retries + 1) timeouts, so a
+# blip is over long before; without this stop every remaining prompt spent them too (200 prompts at
+# concurrency 4: 4 minutes of refused connections; 1,974 prompts hung at concurrency 8: ~20 hours). Prompts
+# that take longer than the timeout between prompts that are answered (a slow model) go on.
 GONE_STOP = 5
 
 
@@ -95,7 +97,7 @@ class FetchLoop:
         self._answered: Counter[int] = Counter()
         self._dead: dict[int, str] = {}
         self._unusable: Counter[int] = Counter()  # replies with no text at max_tokens while none was usable
-        self._unreachable: Counter[int] = Counter()  # prompts in a row left unreachable since the last reply (GONE_STOP)
+        self._unreachable: Counter[int] = Counter()  # prompts in a row unreachable or timed out since the last reply (GONE_STOP)
         self._pending_records: list[tuple[str, dict[str, Any]]] = []
         self._pending_outcomes: list[tuple[str, Outcome]] = []
         self._done = 0
@@ -199,7 +201,8 @@ class FetchLoop:
                     why = ("no prompt was answered, so no more calls are made" if not self._answered[job.config]
                            else "so no more calls are made to it")
                     self._dead.setdefault(job.config, f"{exc} ({why})")
-                self._unreachable[job.config] = self._unreachable[job.config] + 1 if exc.unreachable else 0
+                gone = exc.unreachable or exc.timed_out
+                self._unreachable[job.config] = self._unreachable[job.config] + 1 if gone else 0
                 if self._unreachable[job.config] >= GONE_STOP:
                     self._dead.setdefault(job.config, f"{exc} (it had answered {self._answered[job.config]} prompts, then "
                                                       f"{self._unreachable[job.config]} prompts in a row failed every "
