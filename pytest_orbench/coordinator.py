@@ -137,11 +137,12 @@ class Coordinator:
             self.child = FetchChild()
             self.child.spawn()
 
-    def open_store(self) -> Store:
+    def open_store(self, on_locked: Callable[[str], None] | None = None) -> Store:
         """The session's store, opened once (each opening runs the schema check and the day-old cleanup, and
-        its close a WAL checkpoint): the configure-time check, `preview` and `begin` share it; `stop` closes it."""
+        its close a WAL checkpoint): the configure-time check, `preview` and `begin` share it; `stop` closes it.
+        `on_locked`: see `Store`."""
         if self.store is None:
-            self.store = Store(self.settings.store)
+            self.store = Store(self.settings.store, on_locked)
         return self.store
 
     def preview(self, requests: list[Request]) -> Plan:

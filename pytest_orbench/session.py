@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import random
 import sqlite3
+import sys
 import time
 import types
 import uuid
@@ -117,7 +118,9 @@ class OrbenchPlugin:
         self._announced = False
         if not self.is_worker and not dry_run(config):
             try:  # a read-only folder or a full disk: one usage error now, not a traceback (or lost replies) later
-                self.coordinator.open_store()  # kept open for the preview and the fetch (opened once)
+                # kept open for the preview and the fetch (opened once); a store locked by another process is
+                # waited for, and said so now rather than after the wait
+                self.coordinator.open_store(on_locked=_say_now)
             except StoreError as exc:
                 raise pytest.UsageError(_unusable_store(exc)) from None
         try:
@@ -524,6 +527,12 @@ def _unusable_store(exc: StoreError) -> str:
         return f"pytest-orbench: {exc} (store: in orbench.yaml)"
     return (f"pytest-orbench: {exc}; point --orbench-store (store: in orbench.yaml) at a folder you can write to, "
             "on a disk with free space")
+
+
+def _say_now(text: str) -> None:
+    """A line for you at configure, before pytest's terminal reporter exists (and before any capture)."""
+    sys.stderr.write(f"orbench: {text}\n")
+    sys.stderr.flush()
 
 
 def _identity(p: Prompt) -> dict[str, str]:

@@ -12,7 +12,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -157,11 +157,14 @@ def unusable(directory: Path, exc: BaseException) -> StoreError:
 class Store:
     """SQLite in WAL mode: each reply is committed as it arrives, so a killed run loses nothing paid for."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, on_locked: Callable[[str], None] | None = None) -> None:
+        """`on_locked`: told, before the wait, when another process holds the write lock (the opening then
+        waits up to BUSY_SECONDS for it, and fails naming it)."""
         self.directory = directory
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._on_locked = on_locked
         try:
             self._open(directory)
         except (OSError, sqlite3.Error) as exc:
@@ -180,6 +183,9 @@ class Store:
                 except OSError:
                     pass  # a convenience: the database itself says whether the folder can be used
         self.path = directory / STORE_FILE
+        if self._on_locked is not None and self.path.exists() and self.write_locked():
+            self._on_locked(f"the response store {directory} is locked by another process (a sqlite3 shell, a backup, "
+                            f"another run's long write); waiting up to {BUSY_SECONDS:g} s for it")
         conn = self._conn()
         self._migrate(conn, directory)
         # Outcomes of runs that ended without cleaning up (killed) are worthless after a day.

@@ -567,3 +567,27 @@ def test_a_signal_to_the_whole_process_group_still_stores_the_replies_in_flight(
     rerun.stdout.fnmatch_lines(["orbench: 8 prompts, 4 stored, 4 to fetch, 4 at a time"])
     served = stats(server.url)
     assert served["completions"] == 8 and served["duplicates"] == 0  # the 4 in flight were stored, not asked again
+
+
+def test_a_store_locked_at_the_start_is_said_before_it_is_waited_for(pytester: pytest.Pytester, mock: Any) -> None:
+    # Another process held the store's write lock (a sqlite3 shell, a backup): the run waited up to 60 s
+    # without a word before its first line.
+    import sqlite3
+    import threading
+
+    from pytest_orbench.store import STORE_FILE, Store
+
+    Store(pytester.path / ".orbench").close()
+    holder = sqlite3.connect(pytester.path / ".orbench" / STORE_FILE, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
+    release = threading.Timer(3.0, lambda: holder.execute("COMMIT"))
+    release.start()
+    try:
+        result = pytester.runpytest_subprocess(*mock_args(mock, "--orbench-sample", "2", "--orbench-seed", "5"))
+    finally:
+        release.join()
+        holder.close()
+    assert result.ret == 0  # the lock was let go within the wait: the run went on
+    result.stderr.fnmatch_lines([f"orbench: the response store {pytester.path / '.orbench'} is locked by another process "
+                                 "(a sqlite3 shell, a backup, another run's long write); waiting up to 60 s for it"])
+
