@@ -183,7 +183,7 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
                                 "prompts to check it)")
         comparison = summary.get("comparison")
         if not_run and (comparison is not None or limits.max_rejection is not None or limits.min_rejection is not None):
-            covered = (f"the regression check covers the {comparison['n']} paired prompts that ran" if comparison is not None
+            covered = (f"the regression check covers the {_paired(comparison['n'])} that ran" if comparison is not None
                        else f"its rejection-rate limits cover the {total} that ran")
             warnings.append(f"{name}: {not_run} of the run's {chosen} prompts did not run (deselected with -k, -m, node ids, "
                             f"--deselect, --lf or --sw, or the run stopped) and were not checked; {covered}")
@@ -205,7 +205,7 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
         missing = comparison.get("not_in_baseline", 0)
         if missing:
             warnings.append(f"{name}: {missing} of this run's {total} prompts are not in the baseline and were not "
-                            f"compared; the regression check covers {comparison['n']} paired prompts (update the "
+                            f"compared; the regression check covers {_paired(comparison['n'])} (update the "
                             "baseline from a run of the same prompts to check them all)")
         sizes.append((name, comparison, alpha, tolerance, bool(missing or not_run)))
     # A regression in one dataset alone is Holm's first step: it must reach alpha / m with m checks.
@@ -216,9 +216,9 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
             size = (f"can only detect an increase of about {100 * detectable:.1f} pp" if detectable < 1 else
                     "is too small to detect any increase")
             level = f"alpha {alpha:g}" + (f" / {len(sizes)} regression checks (Holm)" if len(sizes) > 1 else "")
-            these = "this sample of" if sampled or partial else "these"
+            these = "this sample of" if sampled or partial else "these" if comparison["n"] != 1 else "this"
             warnings.append(
-                f"{name}: {these} {comparison['n']} paired prompts {size} in the regression direction "
+                f"{name}: {these} {_paired(comparison['n'])} {size} in the regression direction "
                 f"({level}, power 0.8); the tolerance {tolerance:.1f} pp is below it, so smaller regressions may pass unnoticed"
             )
     _decide_regressions([c for c in checks if c["kind"] == "regression"])
@@ -278,7 +278,7 @@ def _decide_regressions(checks: list[GateCheck]) -> None:
             check["outcome"] = "inconclusive"
             check["message"] = (
                 ("no prompt of this run is in the baseline: nothing was compared" if n == 0 else
-                 f"only {n} paired prompt{'s' if n != 1 else ''}: even if every one regressed, p would be "
+                 f"only {_paired(n)}: even if every one regressed, p would be "
                  f"{0.5 ** n:.3g} >= alpha {alpha:g}, so no regression could be detected")
                 # Unpaired prompts: the sample differs from the baseline's. All paired (a small file, a live
                 # base asked the same prompts): the set itself is too small.
@@ -291,7 +291,7 @@ def _decide_regressions(checks: list[GateCheck]) -> None:
         check["outcome"] = "fail" if 100 * worse > tolerance and p_adjusted < alpha else "pass"
         holm_text = f", Holm-adjusted over {family} regression checks p = {p_adjusted:.3g}" if family > 1 else ""
         check["message"] = (
-            f"{pp(worse)} in the regression direction on {comparison['n']} paired prompts "
+            f"{pp(worse)} in the regression direction on {_paired(comparison['n'])} "
             f"({comparison['regressed']} regressed, {comparison['improved']} improved), tolerance {tolerance:.1f} pp, "
             f"one-sided {comparison.get('test', 'exact McNemar')} p = {p:.3g}{holm_text} (alpha {alpha:g})"
         )
@@ -333,3 +333,7 @@ def assess(results: ResultsDocument, baseline: BaselineDocument | None, config: 
         results["gate"]["not_compared"] = not_compared  # in this run, not in the baseline
         results["gate"]["baseline_only"] = [n for n in baseline["datasets"] if n not in results["datasets"]]
     return results
+
+
+def _paired(n: int) -> str:
+    return f"{n} paired prompt{'' if n == 1 else 's'}"

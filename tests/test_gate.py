@@ -113,6 +113,14 @@ def test_absolute_limits_and_error_budget() -> None:
     assert evaluate(errored, parse_gate({"error_budget": 0.05}))["verdict"] == "ungated"  # within budget, nothing gated
 
 
+def test_one_paired_prompt_is_said_in_the_singular() -> None:
+    now = make_results({"hard-1k": [True] * 40 + [False] * 60})
+    gate = assess(now, baseline_document(make_results({"hard-1k": [False]})), parse_gate({}))["gate"]
+    assert [w.split("; ")[-1] if "covers" in w else w.split(" is too")[0] for w in gate["warnings"]] == [
+        "the regression check covers 1 paired prompt (update the baseline from a run of the same prompts to check them all)",
+        "hard-1k: this sample of 1 paired prompt"]
+
+
 def test_a_check_that_could_not_fail_is_inconclusive_never_a_pass() -> None:
     # A sample drawn with another seed shares few or no prompts with the baseline: with n paired prompts the
     # smallest one-sided p is 0.5 ** n, so at alpha 0.05 four or fewer can never show a regression.
