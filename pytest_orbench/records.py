@@ -42,12 +42,6 @@ def record_of(name: str, value: object) -> PromptRecord | None:
 LIVE_BASE = "live base"  # run.compared_with when the gate compared with the live base asked in the same session
 
 
-def never_asked(record: Mapping[str, Any]) -> bool:
-    """Whether this verdict (a prompt's, or its live base's) is an endpoint error for a call never made."""
-    return (record.get("verdict") == "error" and record.get("error_from") != "judge"
-            and str(record.get("error") or "").startswith(NOT_REQUESTED))
-
-
 def against_live_base(run: Mapping[str, Any]) -> bool:
     """Whether the run was compared with its live base (asked in this session), not with a baseline file."""
     return run.get("compared_with") == LIVE_BASE

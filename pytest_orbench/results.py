@@ -22,12 +22,12 @@ from pytest_orbench.outputs import write_outputs
 from pytest_orbench.progress import ProgressDisplay
 from pytest_orbench.records import (
     LIVE_BASE,
+    NOT_REQUESTED,
     BaselineDocument,
     PromptRecord,
     ResultsDocument,
     RunMeta,
     Usage,
-    never_asked,
 )
 from pytest_orbench.report import (
     drift_lines,
@@ -170,7 +170,7 @@ class RunResults:
             "prompts": len(records),
             "shared": len(records) - len(owners),
         }
-        never = sum(never_asked(r) + never_asked(r.get("base") or {}) for r in owners)
+        never = sum(_never_asked(r) + _never_asked(r.get("base") or {}) for r in owners)
         if never:
             run["calls"]["not_requested"] = never
         # Calls made for prompt tests that then did not run (-x, Ctrl-C after the fetch got ahead): paid for
@@ -364,6 +364,11 @@ class RunResults:
 def _endpoint_error(record: Mapping[str, Any]) -> int:
     """1 when this verdict (a prompt's, or its live base's) is an error of the endpoint, not of the judge."""
     return int(record.get("verdict") == Verdict.ERROR.value and record.get("error_from") != "judge")
+
+
+def _never_asked(record: Mapping[str, Any]) -> int:
+    """1 when this endpoint error is for a call never made: the calls had stopped before it."""
+    return int(bool(_endpoint_error(record)) and str(record.get("error") or "").startswith(NOT_REQUESTED))
 
 
 def _nothing_ran(coordinator: Coordinator) -> str:
