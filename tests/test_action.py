@@ -166,16 +166,20 @@ def test_missing_results_is_inconclusive(env: dict[str, str], capsys: pytest.Cap
     assert outputs(env)["verdict"] == "inconclusive"
 
 
+def stopped_with_usage_error(env: dict[str, str], monkeypatch: pytest.MonkeyPatch, stderr: str) -> None:
+    """What action.yml's Run step leaves in the work dir when pytest stops with a usage error (exit code 4)."""
+    monkeypatch.setenv("ORBENCH_PYTEST_EXIT_CODE", "4")
+    Path(env["ORBENCH_RESULTS_PATH"]).with_name("orbench-stderr").write_text(stderr, encoding="utf-8")
+
+
 def test_the_run_steps_usage_error_is_named_in_the_comment(env: dict[str, str], github: FakeGitHub,
                                                            capsys: pytest.CaptureFixture[str],
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    # What action.yml's Run step leaves in the work dir when pytest stops with a usage error; the dataset
-    # name comes from the pull request's orbench.yaml, and a gateway key may be quoted.
-    monkeypatch.setenv("ORBENCH_PYTEST_EXIT_CODE", "4")
+    # The dataset name comes from the pull request's orbench.yaml, and a gateway key may be quoted.
     monkeypatch.setenv("GATEWAY_API_KEY", "gw-secret-value-123")
-    Path(env["ORBENCH_RESULTS_PATH"]).with_name("orbench-stderr").write_text(
-        "some warning\nERROR: pytest-orbench: --orbench-datasets: unknown dataset '[x](http://e.example) @admin "
-        "<img src=x> gw-secret-value-123': use one of hard-1k, toxic\n", encoding="utf-8")
+    stopped_with_usage_error(env, monkeypatch, "some warning\nERROR: pytest-orbench: --orbench-datasets: unknown "
+                             "dataset '[x](http://e.example) @admin <img src=x> gw-secret-value-123': use one of hard-1k, "
+                             "toxic\n")
     assert main() == 1
     (comment,) = github.comments.values()
     body = comment["body"]
@@ -203,10 +207,8 @@ def test_a_missing_key_on_a_fork_pull_request_says_forks_get_no_secrets(env: dic
     Path(env["GITHUB_EVENT_PATH"]).write_text(json.dumps({"pull_request": {
         "number": 7, "head": {"repo": {"full_name": repos[0]}}, "base": {"repo": {"full_name": repos[1]}}}}),
         encoding="utf-8")
-    monkeypatch.setenv("ORBENCH_PYTEST_EXIT_CODE", "4")
-    Path(env["ORBENCH_RESULTS_PATH"]).with_name("orbench-stderr").write_text(
-        "ERROR: pytest-orbench: no API key for model 'openai/gpt-4o-mini': set OPENAI_API_KEY, or name another "
-        "variable with --orbench-api-key-env\n", encoding="utf-8")
+    stopped_with_usage_error(env, monkeypatch, "ERROR: pytest-orbench: no API key for model 'openai/gpt-4o-mini': set "
+                             "OPENAI_API_KEY, or name another variable with --orbench-api-key-env\n")
     assert main() == 1
     (comment,) = github.comments.values()
     assert "no API key for model" in comment["body"]

@@ -61,23 +61,30 @@ def test_a_batch_run_equals_a_synchronous_run_verdict_for_verdict_split_over_fil
     assert again.ret == sync.ret and stats(batch_server.url)["batches_created"] == 3  # stored: nothing to submit
 
 
+def signal_while_polling(pytester: pytest.Pytester, server: MockServer, args: list[str], sig: signal.Signals) -> str:
+    """Runs pytest in its own process, sends it `sig` once its batch is submitted and being polled, and
+    returns what it printed."""
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=pytester.path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while stats(server.url)["batches_created"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # polling has begun
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    return out
+
+
 @pytest.mark.slow
 def test_a_killed_session_leaves_its_batch_to_the_next_run_which_polls_it_instead_of_submitting_again(
     pytester: pytest.Pytester, mock_factory: Callable[..., MockServer],
 ) -> None:
     server = mock_factory(batch_polls=40)  # done at the 40th retrieval: ~2 s of polling every 0.05 s
     args = mock_args(server, *SAMPLE, *FAST, "--orbench-json", "r.json")
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=pytester.path, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        while stats(server.url)["batches_created"] == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.5)  # polling has begun
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
-    finally:
-        proc.kill()
+    signal_while_polling(pytester, server, args, signal.SIGKILL)
     assert stats(server.url)["batches_created"] == 1 and stats(server.url)["batch_requests_answered"] == 0
     store = Store(pytester.path / ".orbench")
     try:
@@ -99,18 +106,7 @@ def test_ctrl_c_while_the_batch_is_open_says_it_is_open_not_stored(
     # Ctrl-C while the session polled its batch said "24 replies fetched meanwhile are stored, and the next run
     # reuses them": none was; the batch was open, and the next run collects it (it then reported "0 stored").
     server = mock_factory(batch_polls=200)  # done at the 200th retrieval: ~10 s of polling every 0.05 s
-    args = mock_args(server, *SAMPLE, *FAST)
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=pytester.path, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while stats(server.url)["batches_created"] == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.5)  # polling has begun
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
+    out = signal_while_polling(pytester, server, mock_args(server, *SAMPLE, *FAST), signal.SIGINT)
     assert stats(server.url)["batch_requests_answered"] == 0, out
     assert (f"orbench: no prompt test ran: nothing was judged or compared and no results file was written; {N} requests "
             "wait in provider batches that are still open: the next run with this store collects them (they are not "
