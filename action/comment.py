@@ -32,6 +32,11 @@ def notice_body(config_id: str, text: str) -> str:
     return f"{marker(config_id)}\n### OR-Bench over-refusal check: ⚠️ **inconclusive**: {text}\n"
 
 
+def notice_summary(text: str) -> str:
+    """The job summary when there are no results to show; `text` as for `notice_body`."""
+    return f"### OR-Bench over-refusal check: ⚠️ **inconclusive**\n\n{text}\n"
+
+
 def changed(results: ResultsDocument) -> bool:
     """For comment: on-change: anything a reviewer should see (the live base's own note is not a change)."""
     gate = results.get("gate")

@@ -15,7 +15,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from action.comment import upsert  # noqa: E402
+from action.comment import notice_summary, upsert  # noqa: E402
 from action.github import GitHub, GitHubError  # noqa: E402
 from action.settings import ActionSettingsError, from_env  # noqa: E402
 
@@ -32,7 +32,7 @@ def _append(variable: str, text: str) -> None:
 
 def main() -> int:
     print(f"::error title=pytest-orbench::{NOTICE}", file=sys.stderr)
-    _append("GITHUB_STEP_SUMMARY", f"### OR-Bench over-refusal check: ⚠️ **inconclusive**\n\n{NOTICE}\n")
+    _append("GITHUB_STEP_SUMMARY", notice_summary(NOTICE))
     _append("GITHUB_OUTPUT", "verdict=inconclusive\n")
     try:
         settings = from_env(os.environ)

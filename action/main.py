@@ -11,7 +11,7 @@ from typing import Any
 
 import github_action_utils as gha
 
-from action.comment import build_body, upsert
+from action.comment import build_body, notice_summary, upsert
 from action.github import GitHub, GitHubError
 from action.settings import RUN_ERROR, RUN_STDERR, ActionSettings, ActionSettingsError, from_env
 from pytest_orbench.client import scrub
@@ -128,7 +128,7 @@ def _no_results(settings: ActionSettings, github_factory: Callable[[ActionSettin
     # The detail quotes the pull request's inputs and files (a dataset name, a path): a code span in Markdown.
     shown = md_text(message) + (f": {md_code(detail)}" if detail else "")
     if os.environ.get("GITHUB_STEP_SUMMARY"):
-        gha.append_job_summary(f"### OR-Bench over-refusal check: ⚠️ **inconclusive**\n\n{shown}\n")
+        gha.append_job_summary(notice_summary(shown))
     # An earlier verdict on the pull request (perhaps a pass) must not stand for this run.
     url = _comment(settings, github_factory, None, shown) or ""
     _set_outputs({"verdict": "inconclusive", "results-path": "", "comment-url": url})
