@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_orbench import DEFAULT_JUDGE
+from pytest_orbench.dependencies import CompromisedDependency, compromised_problem
 
 if TYPE_CHECKING:
     from pytest_orbench.records import ResultsDocument
@@ -281,6 +282,9 @@ def _judge_eval(args: argparse.Namespace) -> int:
     try:
         examples = load_labeled(Path(args.labeled))
         if args.judge in ("llm", "hybrid"):
+            problem = compromised_problem()
+            if problem:
+                return _fail(problem)
             if not args.judge_model:
                 return _fail(f"--judge {args.judge} needs --judge-model MODEL (a litellm model string)")
             problem = store_problem(Path(args.store), "--store")
@@ -540,10 +544,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from pytest_orbench.store import StoreError
 
+    if args.command == "generate":  # every generate calls models (judge-eval: only with an LLM judge)
+        problem = compromised_problem()
+        if problem:
+            return _fail(problem)
     try:
         code = int(args.func(args))
         sys.stdout.flush()  # here, not at exit: a reader that stopped early is met below
         return code
+    except CompromisedDependency as exc:  # the last line of defence: litellm is never imported beside one
+        return _fail(str(exc))
     except StoreError as exc:  # judge-eval, generate, batches: a read-only folder, a full disk
         if exc.says_fix:
             return _fail(str(exc).replace("--orbench-store", "--store"))

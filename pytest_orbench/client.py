@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from pytest_orbench.dependencies import refuse_compromised, shield_dependency_warnings
 from pytest_orbench.spec import (
     PROVIDER_KEYS,
     TARGET_PARAMETERS,
@@ -236,13 +237,17 @@ _litellm: Any = None
 
 
 def _import_litellm() -> Any:
+    """litellm, imported once (refused when it is a known-compromised release), with the warnings of it and
+    its dependencies shielded from the process's filters (dependencies.shield_dependency_warnings); every
+    caller asks again before it calls, so the shield is back in front after pytest has reset the filters."""
     global _litellm
+    shield_dependency_warnings()
     if _litellm is None:
+        refuse_compromised("litellm")
         # litellm fetches a price table over the network at import unless told not to.
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        # Warning filters are process-wide: under a user's `filterwarnings = error`, warnings that
-        # litellm and pydantic emit on first use (lazy schema builds) would become exceptions in
-        # the fetch thread. Import and build those models once here, with warnings ignored.
+        # What the shield cannot attribute to litellm's modules (a warning raised on behalf of the code
+        # that imports them), and the lazy schema builds of first use: once here, with warnings ignored.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             import litellm
@@ -373,7 +378,7 @@ class LiteLLMCaller:
         ResourceWarning (an error under filterwarnings=error) and break the next session run in
         the same process (pytester, notebooks).
         """
-        ll = self.litellm
+        ll = _import_litellm()
         try:
             # litellm runs a background logging task on the calling loop; stop it before the
             # loop closes, or it is destroyed pending (a warning, an error under -W error).
@@ -401,7 +406,7 @@ class LiteLLMCaller:
             kwargs["api_base"] = spec.api_base
         if spec.api_key:
             kwargs["api_key"] = spec.api_key
-        ll = self.litellm
+        ll = _import_litellm()  # the same module, with the warning shield back in front
         try:
             # litellm's `timeout` bounds each network read, not the request: a server that sends a byte now
             # and then would hold the call (and the run) forever. The deadline is on the whole request.

@@ -74,6 +74,9 @@ class FetchChild:
         # The child imports exactly what this process imports (a checkout, pytester's sys.path).
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         env.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        # Only litellm and this package run there: warnings are nobody's business (your PYTHONWARNINGS=error
+        # would turn litellm's into failed calls), and its stderr keeps to what matters when it dies.
+        env["PYTHONWARNINGS"] = "ignore"
         self._proc = subprocess.Popen([sys.executable, "-m", "pytest_orbench.fetchproc"], stdin=subprocess.PIPE,
                                       stdout=subprocess.DEVNULL, stderr=self._stderr, env=env)
 

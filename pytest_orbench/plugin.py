@@ -68,6 +68,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.option.help:
         return  # `pytest --orbench --help` shows the help, even while orbench.yaml or a key is wrong
     _check_rootdir(config)
+    from pytest_orbench.dependencies import compromised_problem
+
+    problem = compromised_problem("litellm")  # before anything runs: the run would hand it the provider keys
+    if problem:
+        raise pytest.UsageError(f"pytest-orbench: {problem}")
     # Imported only when enabled: settings bring yaml, the gate, the store and the baseline. The import
     # allocates only what lives as long as the process (modules, classes, compiled rules): the collector,
     # which would rescan pytest's whole heap several times meanwhile (~50 ms), waits until it is done.

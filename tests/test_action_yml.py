@@ -164,6 +164,19 @@ def user_repository(workspace: Path) -> None:
     (workspace / "action" / "main.py").write_text("raise SystemExit('the repository\\'s own action.main ran')\n")
 
 
+def runner_packages(site: Path) -> Path:
+    """What a hosted runner's Python may hold: a pytest plugin (an entry point, loaded by every pytest run that
+    autoloads plugins) whose package pins a package of the lock to another version (pip check's complaint)."""
+    info = site / "runner_plugin-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: runner-plugin\nVersion: 1.0\n"
+                                   "Requires-Dist: botocore==0.0.1\n", encoding="utf-8")
+    (info / "entry_points.txt").write_text("[pytest11]\nrunner_plugin = runner_plugin\n", encoding="utf-8")
+    (site / "runner_plugin.py").write_text(
+        "def pytest_configure(config):\n    raise SystemExit(\"a runner's pytest plugin was loaded\")\n", encoding="utf-8")
+    return site
+
+
 @pytest.fixture
 def github() -> Iterator[FakeGitHub]:
     server = FakeGitHub()
@@ -188,6 +201,10 @@ def test_action_fails_a_regressing_pr_passes_the_fix_and_edits_one_comment(
         "GITHUB_API_URL": github.url, "GITHUB_REPOSITORY": github.repository, "GITHUB_EVENT_PATH": str(event),
         "GITHUB_STEP_SUMMARY": str(temp / "summary.md"), "GITHUB_WORKFLOW": "orbench", "GITHUB_JOB": "gate",
     })
+    # A pytest plugin installed on the runner's Python (here: on its path), which pins a package of the lock
+    # to another version: the gate run never loads it, and pip check does not warn about its conflict.
+    runner_site = runner_packages(tmp_path / "runner-site")
+    env["PYTHONPATH"] = str(runner_site)
     sample = "--orbench-sample 150 --orbench-seed 5 --orbench-datasets hard-1k,toxic"
     runner = Runner(workspace, temp, venv, env)
     inputs = {"model": "openai/orbench-mock", "api-base": mock.url, "baseline": "baseline.json",
@@ -198,6 +215,7 @@ def test_action_fails_a_regressing_pr_passes_the_fix_and_edits_one_comment(
     code, outputs, log = runner.run({**inputs, "comment": "never", "pytest-args": sample + " --orbench-update-baseline"},
                                     github.token)
     assert code == 0 and (workspace / "baseline.json").is_file(), log
+    assert "a runner's pytest plugin was loaded" not in log and "pip check" not in log, log
     # The job's own Python is left as it was for later steps: the lock went into a virtual environment of its own.
     assert subprocess.run([str(venv / "python"), "-m", "pip", "freeze"], capture_output=True, text=True).stdout == ""
     (own,) = temp.glob("orbench-venv-*")
@@ -210,6 +228,10 @@ def test_action_fails_a_regressing_pr_passes_the_fix_and_edits_one_comment(
     site = subprocess.run([str(own / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           capture_output=True, text=True).stdout.strip()
     assert not (Path(site) / "action").exists()
+    # The Apache-2.0 text travels with the built package.
+    (license_file,) = Path(site).glob("pytest_orbench-*.dist-info/licenses/LICENSE")
+    assert license_file.read_text(encoding="utf-8") == (REPO / "LICENSE").read_text(encoding="utf-8")
+    assert "Apache License" in license_file.read_text(encoding="utf-8")
 
     # The PR: a stricter system prompt.
     (workspace / "prompts" / "system.txt").write_text(
