@@ -175,7 +175,10 @@ def check_comparable(baseline: BaselineDocument, run: RunMeta, prompt_hashes: di
 
     # The judge model decides verdicts as much as the judge's rules do.
     if judge_name(old_judge) != judge_name(new_judge):
-        problems.append(f"judge: baseline {judge_name(old_judge)}, this run {judge_name(new_judge)}")
+        labels = "+labels." in str(old_judge.get("version")) or "+labels." in str(new_judge.get("version"))
+        problems.append(f"judge: baseline {judge_name(old_judge)}, this run {judge_name(new_judge)}"
+                        + (" (the judge adapts to judge_labels: a baseline judged with other labels, or none, counted "
+                           "other verdicts; update it with the labels this run uses)" if labels else ""))
     old_sets, new_sets = baseline["run"].get("datasets") or {}, run.get("datasets") or {}
     for name in sorted(set(old_sets) & set(new_sets)):
         for field in ("revision", "sha256"):

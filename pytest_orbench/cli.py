@@ -16,6 +16,7 @@ from pytest_orbench import DEFAULT_JUDGE
 from pytest_orbench.dependencies import CompromisedDependency, compromised_problem
 
 if TYPE_CHECKING:
+    from pytest_orbench.labels import Label
     from pytest_orbench.records import ResultsDocument
 
 # The simulator's fault kinds (simulator.Handler._fault), named here so the help needs no import of it.
@@ -254,7 +255,7 @@ def _tradeoff(args: argparse.Namespace) -> int:
 def _judge_eval(args: argparse.Namespace) -> int:
     from pytest_orbench.client import api_key_for
     from pytest_orbench.jsonfile import dumps, output_problem, write_atomic
-    from pytest_orbench.judge import JudgeError, judge_model_spec, make_judge
+    from pytest_orbench.judge import ADAPTABLE_JUDGES, JudgeError, judge_model_spec, make_judge
     from pytest_orbench.judgeeval import (
         LabeledError,
         compare_judges,
@@ -263,6 +264,7 @@ def _judge_eval(args: argparse.Namespace) -> int:
         load_labeled,
         text_report,
     )
+    from pytest_orbench.labels import LabelsError
     from pytest_orbench.store import store_problem
 
     sys.path.insert(0, os.getcwd())  # custom judges live in the user's project, as with pytest's rootdir
@@ -294,8 +296,15 @@ def _judge_eval(args: argparse.Namespace) -> int:
                               key_flag="--judge-api-key-env")
             spec = judge_model_spec(args.judge_model, args.judge_api_base, args.judge_max_tokens, args.timeout, key,
                                     args.judge_api_key_env)
-        judge = make_judge(args.judge, spec)
-    except (LabeledError, JudgeError, ValueError) as exc:
+        labels = _judge_labels(args)
+        keyword_model = None
+        if labels and args.judge in ADAPTABLE_JUDGES:
+            from pytest_orbench.adaptation import adapt
+            from pytest_orbench.refusal_model import load_model
+
+            keyword_model = adapt(load_model(), labels)
+        judge = make_judge(args.judge, spec, keyword_model)
+    except (LabeledError, JudgeError, ValueError, LabelsError) as exc:
         return _fail(str(exc))
     other = None
     if args.against:  # checked before any judge call, like the judge itself
@@ -316,10 +325,22 @@ def _judge_eval(args: argparse.Namespace) -> int:
     judgements = judge_examples(judge, examples, make_stage, args.concurrency)
     result = evaluate(examples, judgements, judge.meta())
     result["source"] = {"file": str(args.labeled)}
+    if labels:
+        result["judge_audit"] = _labels_audit(args, judge, labels, make_stage)
     if other is not None:
         result["against"] = compare_judges(examples, judgements, judge_examples(other, examples), other.meta())
     for line in text_report(result, show=args.show, by=args.by):
         print(line)
+    if labels:
+        from pytest_orbench.audit import summary_line
+        from pytest_orbench.report import term_safe
+
+        audit = result["judge_audit"]
+        print(f"judge audit ({term_safe(args.judge_labels)}): the judge {term_safe(summary_line(audit))}")
+        for note in (audit.get("other_model"),
+                     audit.get("not_judged") and f"{audit['not_judged']} {audit['not_judged_reason']}"):
+            if note:
+                print(f"  {term_safe(str(note))}")
     if args.json:
         write_atomic(Path(args.json), dumps(result, records_key="disagreements"))
         print(f"wrote {args.json}")
@@ -341,6 +362,55 @@ def _judge_eval(args: argparse.Namespace) -> int:
         print(f"binary agreement below --fail-under {args.fail_under}", file=sys.stderr)
         return 1
     return 0
+
+
+def _judge_labels(args: argparse.Namespace) -> list[Label]:
+    """--judge-labels: the labelled rows (LabelsError names a bad row)."""
+    from pytest_orbench.labels import LabelsError, labelled, load_labels
+
+    if not args.judge_labels:
+        return []
+    rows = labelled(load_labels(Path(args.judge_labels)))
+    if not rows:
+        raise LabelsError(f"judge labels file {args.judge_labels} has no labelled row yet: label some with `orbench "
+                          "label`, or fill its label column")
+    return rows
+
+
+def _labels_audit(args: argparse.Namespace, judge: Any, labels: list[Label], make_stage: Any) -> dict[str, Any]:
+    """The audit of `judge` against the labels: cross-validated for the adapted keyword judge; the judge's own
+    verdicts on the labelled replies otherwise (LLM calls stored, as for FILE)."""
+    from pytest_orbench.audit import audit_judge
+    from pytest_orbench.judgeeval import Example, judge_examples
+
+    verdicts: list[dict[str, Any]] = []
+    if judge.id != "keyword":
+        rows = [Example(n, label.prompt, label.response, label.label, "") for n, label in enumerate(labels, start=1)]
+        for label, judgement in zip(labels, judge_examples(judge, rows, make_stage, args.concurrency)):
+            refused = getattr(getattr(judgement, "verdict", None), "refused", None)
+            if refused is not None:
+                verdicts.append({"reply_digest": label.key, "refused": refused})
+    return audit_judge(judge, labels, verdicts, labels_file=str(args.judge_labels), min_agreement=args.fail_under,
+                       run_model=None)
+
+
+def _label(args: argparse.Namespace) -> int:
+    from pytest_orbench.labeling import LabelingError, default_labeler, run_label
+    from pytest_orbench.labels import LabelsError
+
+    problem = _at_least(args, "n", 1)
+    if problem:
+        return _fail(problem)
+    results = Path(args.results)
+    if args.import_from is None and not results.is_file():
+        return _fail(f"no results file at {results}: run pytest --orbench with --orbench-json {results} first (its "
+                     "replies are what you label), or name the file")
+    try:
+        return run_label(results, Path(args.store), Path(args.labels), args.n, args.seed,
+                         args.labeler or default_labeler(), Path(args.export) if args.export else None,
+                         Path(args.import_from) if args.import_from else None)
+    except (LabelingError, LabelsError) as exc:
+        return _fail(str(exc))
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -510,7 +580,26 @@ def build_parser() -> argparse.ArgumentParser:
                     help="breakdown to print: per source (default when the file has a source column) or per note "
                          "(the trap / type column); the JSON has both")
     ev.add_argument("--fail-under", type=finite_float, help="exit 1 when binary agreement is below this share (0-1)")
+    ev.add_argument("--judge-labels", help="your labels of your model's replies (`orbench label`): the keyword judge "
+                    "(and hybrid's) adapts to them before judging LABELED, and the audit against them is printed")
     ev.set_defaults(func=_judge_eval)
+
+    lab = sub.add_parser("label", help="label a sample of your model's stored replies, one key each, so that the "
+                         "judge adapts to your model and every report says how far to trust it")
+    lab.add_argument("results", nargs="?", default="orbench-results.json",
+                     help="the results file of a run (--orbench-json; default orbench-results.json)")
+    lab.add_argument("--labels", default="orbench-labels.csv",
+                     help="the labels file to write and resume (default orbench-labels.csv; commit it)")
+    lab.add_argument("--store", default=".orbench", help="the run's response store, where the whole replies are "
+                     "(default .orbench)")
+    lab.add_argument("-n", type=int, default=100, help="replies in the sample (default 100)")
+    lab.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0: the same sample on every resume)")
+    lab.add_argument("--labeler", help="who labels (default: your user name)")
+    lab.add_argument("--export", help="write the sample's unlabelled rows to this CSV (to label in a spreadsheet) "
+                     "instead of asking")
+    lab.add_argument("--import", dest="import_from", help="merge the labelled rows of this CSV (an exported sample) "
+                     "into --labels")
+    lab.set_defaults(func=_label)
 
     gen = sub.add_parser("generate", help="build your own over-refusal set with the OR-Bench pipeline")
     gen.add_argument("--config", help="orbench.yaml whose generate: section holds the settings (default ./orbench.yaml)")

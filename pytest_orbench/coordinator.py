@@ -245,6 +245,8 @@ class Coordinator:
             "configs": [(c.endpoint_spec() if c.model else None, c.system_prompt) for c in self._configs()],
             "max_age": s.store_max_age, "max_cost": s.max_cost, "judge": s.judge if self.judge.llm is not None else None,
             "judge_spec": s.judge_spec if self.judge.llm is not None else None, "jobs": jobs,
+            # hybrid's keyword model, when judge_labels adapted it: the fetch process sends the same replies to the LLM
+            "keyword_model": getattr(getattr(self.judge, "keyword", None), "model", None) if self.judge.llm else None,
             "batch": s.batch,
         })
         shards = self.shards

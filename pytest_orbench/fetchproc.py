@@ -284,7 +284,8 @@ def _run_shard(work: dict[str, Any], shard: int, shards: int, wait_for_stop: Any
 
     jobs, concurrency = _share(work, shard, shards)
     store = Store(work["store"])
-    judge = make_judge(work["judge"], work["judge_spec"]) if work["judge_spec"] is not None else None
+    judge = (make_judge(work["judge"], work["judge_spec"], work.get("keyword_model"))
+             if work["judge_spec"] is not None else None)
     stage = judge_stage(judge, store, work["retries"], work["max_age"]) if judge is not None else None
     configs = work["configs"]
     max_cost = None if work["max_cost"] is None else work["max_cost"] / shards

@@ -283,9 +283,9 @@ class HybridJudge(LLMJudge):
 
     id = "hybrid"
 
-    def __init__(self, spec: ModelSpec) -> None:
+    def __init__(self, spec: ModelSpec, keyword_model: RefusalModel | None = None) -> None:
         super().__init__(spec)
-        self.keyword = KeywordJudge()
+        self.keyword = KeywordJudge(keyword_model)  # adapted to your labels, when judge_labels is set
         self.version = f"{self.keyword.version}+{LLM_PROMPT_VERSION}"
 
     def decide(self, prompt: str, reply: str, finish_reason: str | None = None) -> Judgement | None:
@@ -359,16 +359,20 @@ async def _awaited(value: Awaitable[Any]) -> Any:
 BUILTIN_JUDGES = ("keyword", "llm", "hybrid", "prefix")
 
 
-def make_judge(name: str, llm: ModelSpec | None = None) -> Judge:
-    """A judge by name; `llm` is required for llm and hybrid. JudgeError names what is missing."""
+ADAPTABLE_JUDGES = ("keyword", "hybrid")  # judges whose keyword model learns from judge_labels (adaptation.py)
+
+
+def make_judge(name: str, llm: ModelSpec | None = None, keyword_model: RefusalModel | None = None) -> Judge:
+    """A judge by name; `llm` is required for llm and hybrid; `keyword_model` replaces the shipped weights of
+    keyword and hybrid (the model adapted to judge_labels). JudgeError names what is missing."""
     if name == "keyword":
-        return KeywordJudge()
+        return KeywordJudge(keyword_model)
     if name == "prefix":
         return PrefixJudge()
     if name in ("llm", "hybrid"):
         if llm is None:
             raise JudgeError(f"judge {name!r} needs a judge model: set --orbench-judge-model (judge_model:)")
-        return LLMJudge(llm) if name == "llm" else HybridJudge(llm)
+        return LLMJudge(llm) if name == "llm" else HybridJudge(llm, keyword_model)
     if ":" in name:
         return CustomJudge(name)
     raise JudgeError(f"unknown judge {name!r}: use one of {', '.join(BUILTIN_JUDGES)} or 'package.module:function'")

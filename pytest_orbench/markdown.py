@@ -221,6 +221,22 @@ def _judge_calls_md(run: RunMeta) -> str:
     return f", {judged['sent_to_llm']} replies read by the LLM judge{failed}{cost}"
 
 
+def _judge_audit_md(results: ResultsDocument) -> list[str]:
+    """How far to trust the judge on this model: its agreement with your labels, or that it is unchecked."""
+    from pytest_orbench.audit import NOT_CHECKED, summary_line
+
+    block = results.get("judge_audit")
+    if "judge_audit" in results and not block:
+        return [f"**Judge:** {md_escape(NOT_CHECKED)}.", ""]
+    if not block:
+        return []  # a results file written before audits existed: nothing to say either way
+    text = f"**Judge:** {md_escape(summary_line(block))}"
+    if block.get("min_agreement") is not None:
+        text += f"; required: at least {100 * block['min_agreement']:.1f}%"
+    notes = [block.get("other_model"), block.get("not_judged") and f"{block['not_judged']} {block['not_judged_reason']}"]
+    return [text + ".", *[f"- ⚠️ {md_escape(str(note))}" for note in notes if note], ""]
+
+
 def render_markdown(results: ResultsDocument, list_limit: int | None = None) -> str:
     """The report: verdict, per-dataset table, checks, what changed, trade-off chart, prompt lists."""
 
@@ -243,6 +259,7 @@ def render_markdown(results: ResultsDocument, list_limit: int | None = None) -> 
         "",
         *_dataset_rows(results),
         "",
+        *_judge_audit_md(results),
         *_errors(results),
     ]
     if gate:

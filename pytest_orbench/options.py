@@ -82,6 +82,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("judge_api_key_env", "str", None, "environment variable holding the judge's API key", "--orbench-judge-api-key-env"),
     Option("judge_max_tokens", "int", 512, "max tokens per judge reply (explanation + class)", "--orbench-judge-max-tokens"),
     Option("judge_litellm_kwargs", "dict", None, "extra keyword arguments for the judge's litellm.acompletion (YAML only)", ini=False),
+    Option("judge_labels", "path", None, "CSV of your labels of this model's replies (`orbench label`): the keyword "
+           "judge (and hybrid's) adapts to them, and every report says how far the judge agrees with them",
+           "--orbench-judge-labels"),
+    Option("judge_min_agreement", "float", None, "with judge_labels: below this agreement with your labels (0-1, "
+           "e.g. 0.9) the run is inconclusive", "--orbench-judge-min-agreement"),
     Option("baseline", "path", None, "baseline file to compare with (commit it)", "--orbench-baseline"),
     Option("update_baseline", "bool", False, "write the baseline from this run (atomic)", "--orbench-update-baseline", ini=False),
     Option("strict", "bool", False, "each newly refused safe / newly answered toxic prompt fails its own test", "--orbench-strict"),

@@ -73,6 +73,8 @@ class Combined(TypedDict):
     error: str | None
     error_from: NotRequired[str]  # with an error verdict: "endpoint" (no reply) or "judge" (a reply, no judgement)
     reply_excerpt: str
+    reply_key: NotRequired[str]  # the store key of the reply shown (its whole text is there): `orbench label`
+    reply_digest: NotRequired[str]  # with judge_labels: labels.reply_digest of the prompt and the reply shown
     flaky: NotRequired[bool]  # with trials: some refused, some answered
     trials: NotRequired[list[TrialVerdict]]
 
@@ -256,6 +258,8 @@ class ResultsDocument(TypedDict):
     changes: NotRequired[list[dict[str, Any]]]  # with a baseline: what differs from its run (baseline.check_comparable)
     base: NotRequired[dict[str, Any]]
     drift: NotRequired[dict[str, Any]]
+    # With judge_labels: how far the judge agrees with your labels (audit.audit_judge); None without them.
+    judge_audit: NotRequired[dict[str, Any] | None]
 
 
 class BaselinePrompt(TypedDict):

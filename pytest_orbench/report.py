@@ -309,6 +309,25 @@ def change_lines(results: ResultsDocument) -> list[str]:
 
 
 # -- the gate, for the terminal ----------------------------------------------------------------
+def judge_audit_lines(results: ResultsDocument) -> list[str]:
+    """How far to trust the judge on this model: the audit against your labels, or, without labels, once,
+    that it is not checked (and how to check it)."""
+    from pytest_orbench.audit import NOT_CHECKED, summary_line
+
+    judge = results["run"].get("judge") or {}
+    name = f"{term_safe(str(judge.get('id', '?')), 60)} v{term_safe(str(judge.get('version', '?')), 60)}"
+    block = results.get("judge_audit")
+    if not block:
+        return [f"judge {name}: {NOT_CHECKED}"]
+    lines = [f"judge {name}: {term_safe(summary_line(block))}"]
+    if block.get("min_agreement") is not None:
+        lines[0] += f"; required: at least {100 * block['min_agreement']:.1f}%"
+    for note in (block.get("other_model"), block.get("not_judged") and f"{block['not_judged']} {block['not_judged_reason']}"):
+        if note:
+            lines.append(f"  judge audit: {term_safe(str(note))}")
+    return lines
+
+
 def gate_lines(results: ResultsDocument, newly_limit: int = 20) -> list[str]:
     """The short verdict block: each failed check with numbers, then the newly refused prompts."""
     gate = results.get("gate")

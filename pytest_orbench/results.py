@@ -32,6 +32,7 @@ from pytest_orbench.records import (
 from pytest_orbench.report import (
     drift_lines,
     gate_lines,
+    judge_audit_lines,
     results_document,
     served_versions,
     summarize,
@@ -61,6 +62,7 @@ class Run(Protocol):
     def run_meta(self, config: int = 0) -> RunMeta: ...
     def keys_of(self, prompt_ids: Collection[str]) -> set[str]: ...
     def take_record(self, report: pytest.TestReport) -> PromptRecord | None: ...
+    def judge_audit(self, records: list[PromptRecord]) -> dict[str, Any] | None: ...
 
 
 # pytest options after which it only shows something (what would run, fixtures, markers) and runs no test.
@@ -197,6 +199,7 @@ class RunResults:
         expected = {d.name: d.expected for d in self.plugin.datasets}
         s = self.settings
         results = results_document(run, summarize(records, expected), records)
+        results["judge_audit"] = self.plugin.judge_audit(records)
         reference: BaselineDocument | None = self.plugin.baseline
         if s.base is not None:
             # The live base: the same prompts asked under the base configuration in this session.
@@ -328,6 +331,8 @@ class RunResults:
             return
         terminalreporter.write_sep("=", "orbench summary")
         for line in terminal_lines(self.results["run"], self.results["datasets"]) + drift_lines(self.results.get("drift")):
+            terminalreporter.write_line(line)
+        for line in judge_audit_lines(self.results):
             terminalreporter.write_line(line)
         if self.plugin.coordinator.draining is not None:
             terminalreporter.write_line(f"orbench: a second interrupt ended the wait for the replies in flight: the fetch "

@@ -16,6 +16,7 @@ from typing import Any, cast
 
 import pytest
 
+from pytest_orbench.adaptation import adapt
 from pytest_orbench.baseline import BaselineError, check_comparable, load_baseline
 from pytest_orbench.client import scrub
 from pytest_orbench.coordinator import Coordinator, Plan, Request
@@ -31,8 +32,9 @@ from pytest_orbench.dataset import (
 )
 from pytest_orbench.fetcher import Outcome
 from pytest_orbench.items import DatasetNode, PromptItem, Requests
-from pytest_orbench.judge import Judgement, Verdict, make_judge
+from pytest_orbench.judge import ADAPTABLE_JUDGES, Judgement, Verdict, make_judge
 from pytest_orbench.judge_calls import final_judgement, reply_text
+from pytest_orbench.labels import Label, labelled, load_labels, reply_digest
 from pytest_orbench.options import format_age
 from pytest_orbench.progress import ProgressDisplay
 from pytest_orbench.records import (
@@ -46,6 +48,7 @@ from pytest_orbench.records import (
     record_of,
     report_property,
 )
+from pytest_orbench.refusal_model import load_model
 from pytest_orbench.report import header_line
 from pytest_orbench.results import RunResults, dry_run
 from pytest_orbench.settings import Settings
@@ -77,7 +80,13 @@ class OrbenchPlugin:
             seed = self.baseline["run"].get("seed")
         self.seed: int = seed if seed is not None else random.randrange(2**31)
         self.run_id: str = workerinput.get("orbench_run") or uuid.uuid4().hex
-        self.judge = make_judge(settings.judge, settings.judge_spec)
+        self.labels: list[Label] = []  # your labelled replies (judge_labels), which the judge adapts to
+        keyword_model = None
+        if settings.judge_labels is not None:
+            self.labels = labelled(load_labels(settings.judge_labels))  # checked at configure
+            if settings.judge in ADAPTABLE_JUDGES:
+                keyword_model = adapt(load_model(), self.labels)  # deterministic: every xdist worker fits alike
+        self.judge = make_judge(settings.judge, settings.judge_spec, keyword_model)
         self.datasets = self._load_datasets()
         self.baseline_refused: dict[str, bool | None] = {}
         if self.baseline is not None:
@@ -446,10 +455,14 @@ class OrbenchPlugin:
             except (OSError, sqlite3.Error):
                 pass  # a cache of what the keyword judge decides in microseconds (a full disk): decided again next run
 
-    def _combined(self, item: PromptItem, outcomes: list[Outcome]) -> tuple[Combined, dict[str, Any]]:
+    def _combined(self, item: PromptItem, outcomes: list[Outcome], keys: list[str] | None = None
+                  ) -> tuple[Combined, dict[str, Any]]:
         """Every trial's verdict, and the prompt's: refusal share = refused / scored trials; refused when
-        at least half of them refused; the verdict and excerpt of a trial that agrees with that."""
+        at least half of them refused; the verdict and excerpt of a trial that agrees with that (and the
+        store key of its reply, from `keys`, one per outcome: `orbench label` reads the whole reply there)."""
         trials = [self._trial(item, o) for o in outcomes]
+        for trial, key in zip(trials, keys or []):
+            trial["key"] = key
         scored = [t for t in trials if t["refused"] is not None]
         refused_trials = sum(1 for t in scored if t["refused"])
         share = refused_trials / len(scored) if scored else None
@@ -465,6 +478,12 @@ class OrbenchPlugin:
         }
         if refused is None and shown.get("error_from"):
             combined["error_from"] = shown["error_from"]
+        if shown.get("key") and shown["text"]:
+            combined["reply_key"] = shown["key"]
+        if self.labels and shown["text"] and refused is not None:
+            # With judge_labels: which of your labelled replies this run judged (the audit of judges that do not
+            # learn from the labels, llm and custom ones, compares their verdicts here with yours).
+            combined["reply_digest"] = reply_digest(item.prompt.text, shown["text"])
         if len(trials) > 1:
             combined["flaky"] = 0 < refused_trials < len(scored)
             combined["trials"] = [_trial_verdict(t) for t in trials]
@@ -472,7 +491,7 @@ class OrbenchPlugin:
 
     def judge_item(self, item: PromptItem, outcomes: list[Outcome], base_outcomes: list[Outcome] | None = None
                    ) -> PromptRecord:
-        combined, reply = self._combined(item, outcomes)
+        combined, reply = self._combined(item, outcomes, [r.key for r in item.requests.head])
         refused = combined["refused"]
         matched = None if refused is None else refused == (item.prompt.expected == "refuse")
         fetched = any(o.fetched for o in outcomes)
@@ -487,6 +506,16 @@ class OrbenchPlugin:
         if base_outcomes:
             record["base"] = self._base(item, base_outcomes)
         return record
+
+    def judge_audit(self, records: list[PromptRecord]) -> dict[str, Any] | None:
+        """How far this run's judge agrees with your labels (None without judge_labels)."""
+        if self.settings.judge_labels is None:
+            return None
+        from pytest_orbench.audit import audit_judge
+
+        s = self.settings
+        return audit_judge(self.judge, self.labels, records, labels_file=str(s.judge_labels),
+                           min_agreement=s.judge_min_agreement, run_model=s.model or s.target)
 
     def hand_over(self, item: PromptItem, record: PromptRecord) -> None:
         """The prompt's record, for the results: as JSON in its test's reports (what xdist carries to the

@@ -87,6 +87,8 @@ class Settings:
     max_cost: float | None = None  # USD: refuse to start above it; stop calling when the spend reaches it
     batch: BatchSettings | None = None  # --orbench-batch: ask through the provider's batch API
     trials: int = 1  # each prompt asked this many times
+    judge_labels: Path | None = None  # your labels of this model's replies (labels.py): the judge adapts, the audit
+    judge_min_agreement: float | None = None  # below this agreement with them the gate is inconclusive
     base: Settings | None = None  # the live base configuration (--orbench-base-*, base:), compared prompt by prompt
 
     @property
@@ -425,6 +427,7 @@ def build_settings(config: pytest.Config) -> Settings:
             raise _fail(f"{flag} ({key}: in orbench.yaml) {problem}")
     api_key = _api_key(values)
     judge_spec = _judge(values, folders)
+    judge_labels = _judge_labels(path("judge_labels"), values["judge_min_agreement"])
     store = path("store")
     assert store is not None
     settings = Settings(
@@ -468,12 +471,35 @@ def build_settings(config: pytest.Config) -> Settings:
         estimate_output_tokens=values["estimate_output_tokens"],
         max_cost=values["max_cost"],
         batch=batch,
+        judge_labels=judge_labels,
+        judge_min_agreement=values["judge_min_agreement"],
     )
     _check_files(settings, prompt_file)
     base = _base(values, bases, settings)
     if batch is not None and base is not None and base.model is not None:
         _check_batch_model(base.model, "base model")
     return replace(settings, base=base) if base is not None else settings
+
+
+def _judge_labels(labels: Path | None, min_agreement: float | None) -> Path | None:
+    """The labels file read and checked before any call (a bad row is named with its fix)."""
+    if min_agreement is not None and not 0 < min_agreement <= 1:
+        raise _fail(f"judge_min_agreement is a share between 0 and 1 (0.9 for 90%), got {min_agreement}")
+    if labels is None:
+        if min_agreement is not None:
+            raise _fail("judge_min_agreement needs judge_labels (--orbench-judge-labels FILE): the agreement is measured "
+                        "against your labels of this model's replies (`orbench label` writes them)")
+        return None
+    from pytest_orbench.labels import LabelsError, labelled, load_labels
+
+    try:
+        rows = load_labels(labels)
+    except LabelsError as exc:
+        raise _fail(str(exc)) from None
+    if not labelled(rows):
+        raise _fail(f"judge labels file {labels} has no labelled row yet: label some with `orbench label` (or fill its "
+                    "label column), or drop judge_labels")
+    return labels
 
 
 def _check_files(s: Settings, prompt_file: Path | None) -> None:
@@ -489,7 +515,7 @@ def _check_files(s: Settings, prompt_file: Path | None) -> None:
     outputs = {"--orbench-json": s.json, "--orbench-markdown": s.markdown, "--orbench-svg": s.svg,
                "--orbench-junit": s.junit, "--orbench-baseline (--orbench-update-baseline)": update}
     inputs = {"--orbench-baseline": None if update else s.baseline, "--orbench-config": s.config_file,
-              "--orbench-system-prompt-file": prompt_file,
+              "--orbench-system-prompt-file": prompt_file, "--orbench-judge-labels": s.judge_labels,
               **{f"--orbench-datasets {d.name}": d.path for d in s.datasets if d.path is not None}}
     problem = problem or output_problem(outputs, inputs) or (replace_problem(update) if update else None)
     if problem:
