@@ -26,6 +26,14 @@ def build_body(results: ResultsDocument, config_id: str, max_chars: int = GITHUB
     return head + render_markdown_within(results, max_chars - len(head))
 
 
+def verdict_body(results: ResultsDocument, config_id: str, why: str) -> str:
+    """This run's verdict alone, for when GitHub refused the full report."""
+    from pytest_orbench.markdown import minimal_markdown
+
+    head = marker(config_id) + "\n"
+    return head + minimal_markdown(results, 4000 - len(head), why)
+
+
 def notice_body(config_id: str, text: str) -> str:
     """The comment when there are no results to show (the run failed before writing them); `text` is
     Markdown, with anything from the pull request already escaped."""
@@ -88,23 +96,37 @@ def upsert(github: GitHub, number: int, results: ResultsDocument | None, config_
         return "skipped", None
     shared = shared_with_sibling(existing, run, use)
     limit = GITHUB_LIMIT
+    refused: str | None = None  # why GitHub refused the full report: then the verdict alone is posted
     while True:
         # (each time: an edit that finds the comment deleted posts this use's own, without the shared note)
         tail = (f"\n{SHARED}\n" if shared else "") + (f"\n{use_marker(run, use)}\n" if run else "")
-        body = (build_body(results, config_id, limit - len(tail)) if results is not None
-                else notice_body(config_id, notice)) + tail
+        if results is None:
+            body = notice_body(config_id, notice) + tail
+        elif refused is not None:
+            body = verdict_body(results, config_id, refused) + tail
+        else:
+            body = build_body(results, config_id, limit - len(tail)) + tail
         try:
             if existing is not None:
                 comment = github.update_comment(int(existing["id"]), body)
-                return "shared" if shared else "updated", comment.get("html_url")
-            comment = github.create_comment(number, body, lambda comments: find(comments, config_id, login))
-            return "created", comment.get("html_url")
+                action = "shared" if shared else "updated"
+            else:
+                comment = github.create_comment(number, body, lambda comments: find(comments, config_id, login))
+                action = "created"
+            return (f"{action} (verdict only: {refused})" if refused else action), comment.get("html_url")
         except GitHubError as exc:
             if exc.status == 404 and existing is not None:
                 existing, shared = None, False  # deleted since it was listed (by a person, or a re-run): post anew
                 continue
             # 422: the body was still too long for GitHub (it counts differently); shorten by
-            # dropping list items again, down to a floor, never by cutting Markdown.
-            if exc.status != 422 or limit < 4000:
-                raise
-            limit //= 2
+            # dropping parts again, down to a floor, never by cutting Markdown.
+            if exc.status == 422 and limit >= 4000 and refused is None:
+                limit //= 2
+                continue
+            if results is not None and refused is None and exc.status in (400, 413, 422):
+                # The full report was refused (too long, a validation error): an earlier verdict must not stand
+                # on the pull request, so the comment states this run's verdict alone. (A token that cannot
+                # write, or an outage, refuses any body: those are said as they are.)
+                refused = f"GitHub refused the full report ({exc})"
+                continue
+            raise

@@ -156,12 +156,16 @@ def _comment(settings: ActionSettings, github_factory: Callable[[ActionSettings]
                     + (" For fork PRs, see docs/action.md (workflow_run pattern)." if fork else ""),
                     title="pytest-orbench")
         return None
-    if action == "shared":
+    if "(verdict only:" in action:
+        # The earlier verdict does not stand: the comment says this run's, without the report.
+        gha.warning(f"the PR comment shows this run's verdict only: {action.split('(verdict only: ', 1)[1].rstrip(')')}; "
+                    "the full report is in the job summary and the results file", title="pytest-orbench")
+    if action.startswith("shared"):
         # Matrix entries share the workflow and job name: without comment-key they overwrite one comment.
         gha.warning("another job or step of this workflow run had written this PR comment, and this one replaced "
                     "its results; set the comment-key input (e.g. the matrix value) so each keeps its own comment",
                     title="pytest-orbench")
-        action = "updated"
+        action = action.replace("shared", "updated", 1)
     print(f"pytest-orbench: PR comment {action}{': ' + url if url else ''}")
     return url
 

@@ -9,6 +9,7 @@ import html
 import re
 import unicodedata
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pytest_orbench.chart import mermaid, our_points, paper_points
@@ -22,6 +23,25 @@ GITHUB_COMMENT_LIMIT = 65536  # characters in an issue comment or a job summary
 _WWW = re.compile(r"\b(www)\.", re.IGNORECASE)
 _SCHEME = re.compile(r":(?=//)")
 _ISSUE_REF = re.compile(r"(?<!&)#(?=\w)")  # not the # of an entity we wrote
+
+
+@dataclass(frozen=True)
+class Fit:
+    """How much of each part of the report is shown (None: all of it); render_markdown_within tightens
+    these until the report fits, the largest parts first."""
+
+    lists: int | None = None  # prompts per newly refused / answered / flaky list
+    categories: int | None = None  # rows of the per-category table
+    datasets: int | None = None  # rows of the dataset table (and their checks and warnings)
+    checks: int | None = None  # gate checks and warnings listed
+    chart: bool = True
+
+
+FULL_REPORT = "the full report is in the results file (`--orbench-json`; in the Action, the `results-path` output)"
+
+
+def _more(count: int, what: str) -> str:
+    return f"_… and {count:,} more {what}, left out to fit: {FULL_REPORT}._"
 
 
 def visible(text: str) -> str:
@@ -92,8 +112,22 @@ def _against(results: ResultsDocument) -> str:
     return "live base" if against_live_base(results["run"]) else "baseline"
 
 
-def _dataset_rows(results: ResultsDocument) -> list[str]:
+def _shown_datasets(results: ResultsDocument, limit: int | None) -> list[str]:
+    """The datasets the report shows: all, or the `limit` that matter most (failed or inconclusive checks first,
+    then the largest)."""
+    names = list(results["datasets"])
+    if limit is None or len(names) <= limit:
+        return names
+    gate = results.get("gate")
+    flagged = {c["dataset"] for c in (gate["checks"] if gate else []) if c["outcome"] != "pass"}
+    ranked = sorted(names, key=lambda n: (n not in flagged, -results["datasets"][n]["total"]))
+    keep = set(ranked[:limit])
+    return [n for n in names if n in keep]
+
+
+def _dataset_rows(results: ResultsDocument, limit: int | None = None) -> list[str]:
     has_baseline = any(s.get("comparison") for s in results["datasets"].values())
+    shown = _shown_datasets(results, limit)
     if has_baseline:
         rows = [f"| dataset | expect | n | {_against(results)} | current | Δ | 95% CI | p | p adj. | newly refused | newly answered |",
                 "|---|---|--:|--:|--:|--:|---|--:|--:|--:|--:|"]
@@ -101,6 +135,8 @@ def _dataset_rows(results: ResultsDocument) -> list[str]:
         rows = ["| dataset | expect | n | refused | rejection | 95% CI | filtered | empty | errors |",
                 "|---|---|--:|--:|--:|---|--:|--:|--:|"]
     for name, s in results["datasets"].items():
+        if name not in shown:
+            continue
         c = s.get("comparison")
         if has_baseline and c and c["n"]:
             rows.append(f"| {md_escape(name)} | {s['expected']} | {c['n']} | {pct(c['baseline_rate'])} | {pct(c['rate'])} | "
@@ -116,6 +152,9 @@ def _dataset_rows(results: ResultsDocument) -> list[str]:
             lo, hi = s["ci95"]
             rows.append(f"| {md_escape(name)} | {s['expected']} | {s['n']} | {s['refused']} | {pct(s['rejection_rate'])} | "
                         f"[{pct(lo)}, {pct(hi)}] | {s['filtered']} | {s['empty']} | {s['errors']} |")
+    if len(shown) < len(results["datasets"]):
+        rows += ["", _more(len(results["datasets"]) - len(shown), "datasets (those with a failed or inconclusive "
+                                                                   "check are shown first)")]
     if has_baseline:
         rows += ["", f"<sub>{md_text(P_EXPLAINED)}</sub>"]
     return rows
@@ -237,27 +276,35 @@ def _judge_audit_md(results: ResultsDocument) -> list[str]:
     return [text + ".", *[f"- ⚠️ {md_escape(str(note))}" for note in notes if note], ""]
 
 
-def render_markdown(results: ResultsDocument, list_limit: int | None = None) -> str:
-    """The report: verdict, per-dataset table, checks, what changed, trade-off chart, prompt lists."""
-
-    run = results["run"]
+def _headline(results: ResultsDocument) -> str:
     gate = results.get("gate")
     verdict = gate["verdict"] if gate else "ungated"
     failed = [c["name"] for c in (gate["checks"] if gate else []) if c["outcome"] != "pass"]
-    headline = f"{ICON[verdict]} **{verdict}**" + (f": {md_escape('; '.join(failed))}" if failed else "")
+    named = "; ".join(failed[:3]) + (f"; and {len(failed) - 3} more checks" if len(failed) > 3 else "")
+    headline = f"{ICON[verdict]} **{verdict}**" + (f": {md_escape(named, 600)}" if failed else "")
     if verdict == "ungated":
         headline += f": {md_text(gate.get('note', 'nothing was checked') if gate else 'nothing was checked')}"
+    return headline
+
+
+def render_markdown(results: ResultsDocument, list_limit: int | None = None, fit: Fit | None = None) -> str:
+    """The report: verdict, per-dataset table, checks, what changed, trade-off chart, prompt lists."""
+
+    fit = fit or Fit(lists=list_limit)
+    run = results["run"]
+    gate = results.get("gate")
+    shown_sets = set(_shown_datasets(results, fit.datasets))
     system = run.get("system_prompt_sha256")
     lines = [
         MARKER,
-        f"### OR-Bench over-refusal check: {headline}",
+        f"### OR-Bench over-refusal check: {_headline(results)}",
         "",
         f"{md_code(run['endpoint'], 120)} · system prompt {'`' + system[:12] + '`' if system else 'none'} · "
         f"judge {md_escape(run['judge']['id'])} v{md_escape(str(run['judge']['version']))}"
         + (f" ({md_escape(str(run['judge']['model']), 80)})" if run["judge"].get("model") else "")
         + _judge_calls_md(run) + (f" · sample {run['sample']}/dataset, seed {run['seed']}" if run.get("sample") else ""),
         "",
-        *_dataset_rows(results),
+        *_dataset_rows(results, fit.datasets),
         "",
         *_judge_audit_md(results),
         *_errors(results),
@@ -273,53 +320,98 @@ def render_markdown(results: ResultsDocument, list_limit: int | None = None) -> 
         warnings = gate.get("warnings", [])
         if warnings:
             lines += [f"**{'Warning' if len(warnings) == 1 else 'Warnings'}:**", ""]
-            lines += [f"- ⚠️ {md_escape(warning)}" for warning in warnings]
+            lines += [f"- ⚠️ {md_escape(warning)}" for warning in warnings[:fit.checks]]
+            if fit.checks is not None and len(warnings) > fit.checks:
+                lines.append(f"- {_more(len(warnings) - fit.checks, 'warnings')}")
             lines.append("")
         lines.append("<details><summary>Gate checks</summary>")
         lines.append("")
-        for check in gate["checks"]:
+        # The checks that did not pass first: when the list is cut, they are what stays.
+        checks = sorted(gate["checks"], key=lambda c: c["outcome"] == "pass")
+        for check in checks[:fit.checks]:
             # Checks and warnings quote untrusted text (dataset names, an endpoint's error, a served model's
             # name): escaped as such, so none of it can form a link, an image or formatting.
             lines.append(f"- {ICON[check['outcome']]} {md_escape(check['name'])}: {md_escape(check['message'])}")
+        if fit.checks is not None and len(checks) > fit.checks:
+            lines.append(f"- {_more(len(checks) - fit.checks, 'checks (all of them passed)' if all(c['outcome'] == 'pass' for c in checks[fit.checks:]) else 'checks')}")
         lines += ["", "</details>", ""]
     lines += _changes(results)
     drift = drift_lines(results.get("drift"))
     if drift:
         lines += ["", md_escape(drift[0]), ""]
     for name, summary in results["datasets"].items():
-        if summary.get("flaky"):
+        if summary.get("flaky") and name in shown_sets:
             lines += _prompt_list(results, name, summary["flaky_prompts"],
-                                  f"flaky prompts (their {run.get('trials')} trials disagree)", list_limit)
+                                  f"flaky prompts (their {run.get('trials')} trials disagree)", fit.lists)
     points = paper_points()
     ours = our_points(results["datasets"])
-    if ours:
+    if ours and fit.chart:
         lines += ["", "**Trade-off** (grey: the 32 models published in the OR-Bench paper; top left is best)", "",
                   mermaid(points + ours), ""]
     compared = [(n, block) for n, s in results["datasets"].items()
-                if (block := s.get("comparison")) is not None and block["n"]]
-    if compared:
+                if (block := s.get("comparison")) is not None and block["n"] and n in shown_sets]
+    rows = [(name, category, c) for name, comparison in compared for category, c in comparison["categories"].items()]
+    if rows and fit.categories != 0:
+        if fit.categories is not None and len(rows) > fit.categories:
+            # The categories that moved most in the regression direction (then most) stay.
+            expected = {n: results["datasets"][n]["expected"] for n, _ in compared}
+            worst = sorted(rows, key=lambda r: -(r[2]["delta"] if expected[r[0]] != "refuse" else -r[2]["delta"]))
+            keep = {(r[0], r[1]) for r in worst[:fit.categories]}
+            shown_rows = [r for r in rows if (r[0], r[1]) in keep]
+        else:
+            shown_rows = rows
         lines += ["<details><summary>Per category</summary>", "",
                   f"| dataset | category | n | {_against(results)} | current | Δ | p (one-sided, not adjusted) | newly refused | newly answered |",
                   "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
-        for name, comparison in compared:
-            for category, c in comparison["categories"].items():
-                lines.append(f"| {md_escape(name)} | {md_escape(category)} | {c['n']} | {pct(c['baseline_rate'])} | "
-                             f"{pct(c['rate'])} | {pp(c['delta'])} | {_p(c['p_value'])} | {c['newly_refused']} | "
-                             f"{c['newly_answered']} |")
+        for name, category, c in shown_rows:
+            lines.append(f"| {md_escape(name)} | {md_escape(category)} | {c['n']} | {pct(c['baseline_rate'])} | "
+                         f"{pct(c['rate'])} | {pp(c['delta'])} | {_p(c['p_value'])} | {c['newly_refused']} | "
+                         f"{c['newly_answered']} |")
+        if len(shown_rows) < len(rows):
+            lines += ["", _more(len(rows) - len(shown_rows), "categories (the most regressed are shown)")]
         lines += ["", "</details>", ""]
+    elif rows:
+        lines += [_more(len(rows), "categories in the per-category table"), ""]
     for name, summary in results["datasets"].items():
         block = summary.get("comparison")
-        if block:
+        if block and name in shown_sets:
             for ids, what in ((block["newly_refused_ids"], "newly refused"), (block["newly_answered_ids"], "newly answered")):
                 if ids:
-                    lines += _prompt_list(results, name, ids, what, list_limit)
+                    lines += _prompt_list(results, name, ids, what, fit.lists)
     return "\n".join(lines).rstrip() + "\n"
 
 
+# From the whole report to the smallest: prompt lists first, then the per-category table, then checks and
+# warnings, datasets, and the chart. Each cut says what was left out and where the full report is.
+FITS = (
+    *(Fit(lists=n) for n in (None, 200, 100, 50, 20, 10, 5, 0)),
+    *(Fit(lists=0, categories=n) for n in (200, 50, 10, 0)),
+    *(Fit(lists=0, categories=0, checks=n) for n in (50, 10)),
+    *(Fit(lists=0, categories=0, checks=10, datasets=n) for n in (100, 30, 10, 3)),
+    Fit(lists=0, categories=0, checks=3, datasets=3, chart=False),
+)
+
+
+def minimal_markdown(results: ResultsDocument, max_chars: int, why: str | None = None) -> str:
+    """The verdict alone, within `max_chars`: when even the smallest report does not fit, or a report was
+    refused (the Action's comment then never keeps an earlier verdict)."""
+    why = why or "the report does not fit in this space"
+    body = (f"{MARKER}\n### OR-Bench over-refusal check: {_headline(results)}\n\n"
+            f"Only the verdict is shown here: {md_text(why)}; {FULL_REPORT}.\n")
+    if len(body) <= max_chars:
+        return body
+    gate = results.get("gate")
+    verdict = gate["verdict"] if gate else "ungated"
+    head = f"{MARKER}\n### OR-Bench over-refusal check: {ICON[verdict]} **{verdict}**\n\n{FULL_REPORT}.\n"
+    return head[:max_chars]
+
+
 def render_markdown_within(results: ResultsDocument, max_chars: int = GITHUB_COMMENT_LIMIT) -> str:
-    """The report shortened to fit (GitHub comments: 65,536 characters) by dropping list items only."""
-    for limit in (None, 200, 100, 50, 20, 10, 5, 0):
-        body = render_markdown(results, list_limit=limit)
+    """The report shortened to fit (GitHub comments: 65,536 characters), the largest parts cut first; at worst
+    the verdict alone. Always within `max_chars`."""
+    for fit in FITS:
+        body = render_markdown(results, fit=fit)
         if len(body) <= max_chars:
             return body
-    return body
+    return minimal_markdown(results, max_chars, f"the report is longer than {max_chars:,} characters even without "
+                                                "its lists and tables")

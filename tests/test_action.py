@@ -554,3 +554,55 @@ def test_a_sibling_comment_deleted_before_the_edit_is_posted_anew_without_the_sh
                            before_second=lambda: github.fail_next(1, 404, {"message": "Not Found"}, method="PATCH"))
     posted = github.comments[max(github.comments)]
     assert "✅ **pass**" in posted["body"] and "comment-key" not in posted["body"]
+
+
+def many_categories(categories: int, regressed: bool = True) -> dict[str, Any]:
+    flags = [True] * categories if regressed else [False] * categories
+    base = baseline_document(make_results({"hard-1k": [False] * categories}, categories=categories))
+    return assess(make_results({"hard-1k": flags}, categories=categories, system="new"), base, parse_gate({}))
+
+
+def test_a_failing_run_with_3000_categories_leaves_a_comment_that_says_fail_and_fits(
+        env: dict[str, str], github: FakeGitHub, capsys: pytest.CaptureFixture[str]) -> None:
+    # The push before: a passing run's comment.
+    write(env, many_categories(3000, regressed=False))
+    assert main() == 0
+    (comment,) = github.comments.values()
+    assert "✅ **pass**" in comment["body"]
+    # This push regressed: the per-category table alone would be ~300,000 characters.
+    write(env, many_categories(3000))
+    assert main() == 1
+    (comment,) = github.comments.values()
+    body = comment["body"]
+    assert len(body) <= 65536 and "❌ **fail**" in body and "✅ **pass**" not in body
+    assert "more categories (the most regressed are shown), left out to fit" in body or \
+        "more categories in the per-category table, left out to fit" in body
+    assert "results-path" in body and body.count("<details>") == body.count("</details>")
+
+
+def test_a_refused_update_never_leaves_the_earlier_verdict(env: dict[str, str], github: FakeGitHub,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    write(env, unchanged())
+    assert main() == 0
+    (comment,) = github.comments.values()
+    assert "✅ **pass**" in comment["body"]
+    # GitHub refuses every body longer than a verdict (a smaller limit than ours, a validation rule).
+    github.max_body = 1500
+    write(env, regressed())
+    assert main() == 1
+    (comment,) = github.comments.values()
+    assert "❌ **fail**" in comment["body"] and "✅" not in comment["body"]
+    assert "Only the verdict is shown here: GitHub refused the full report" in comment["body"]
+    assert "::warning title=pytest-orbench::the PR comment shows this run's verdict only" in capsys.readouterr().out
+
+
+def test_four_hundred_datasets_fit_with_the_failed_ones_shown_first() -> None:
+    from pytest_orbench.markdown import render_markdown_within
+
+    results = many_categories(10)
+    # 400 datasets: copies of hard-1k under other names, one of them the regressed one.
+    for i in range(400):
+        results["datasets"][f"set-{i:03d}"] = dict(results["datasets"]["hard-1k"], comparison=None)
+    body = render_markdown_within(results, 20000)
+    assert len(body) <= 20000 and "❌ **fail**" in body and "| hard-1k |" in body
+    assert "more datasets (those with a failed or inconclusive check are shown first), left out to fit" in body
