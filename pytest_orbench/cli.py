@@ -143,7 +143,7 @@ def _batches(args: argparse.Namespace) -> int:
     if not (folder / STORE_FILE).is_file():
         return _fail(f"no response store in {folder}: give the folder your runs use (--store; pytest's "
                      "--orbench-store, default .orbench in the rootdir)")
-    store = Store(folder)
+    store = Store(folder, check=True)
     try:
         rows = store.batches(collected=args.all)
     finally:
@@ -320,7 +320,7 @@ def _judge_eval(args: argparse.Namespace) -> int:
         from pytest_orbench.store import Store
 
         llm = judge.llm
-        store = Store(Path(args.store))
+        store = Store(Path(args.store), check=True)
         make_stage = lambda: JudgeStage(llm, store, args.retries)  # noqa: E731
     judgements = judge_examples(judge, examples, make_stage, args.concurrency)
     result = evaluate(examples, judgements, judge.meta())

@@ -142,7 +142,7 @@ class Coordinator:
         its close a WAL checkpoint): the configure-time check, `preview` and `begin` share it; `stop` closes it.
         `on_locked`: see `Store`."""
         if self.store is None:
-            self.store = Store(self.settings.store, on_locked)
+            self.store = Store(self.settings.store, on_locked, check=True)  # a damaged store: refused before any call
         return self.store
 
     def preview(self, requests: list[Request]) -> Plan:

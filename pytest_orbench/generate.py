@@ -385,7 +385,7 @@ def run_generate(config: GenerateConfig, store_dir: Path, log: Callable[[str], N
     from pytest_orbench.client import LiteLLMCaller
     from pytest_orbench.jsonfile import dumps, write_atomic
 
-    store = Store(store_dir)
+    store = Store(store_dir, check=True)
     try:
         pipeline = Pipeline(config, store, lambda spec: LiteLLMCaller(spec), log)
         generated = asyncio.run(pipeline.run())

@@ -76,7 +76,7 @@ def candidates(results_path: Path, store_dir: Path | None) -> tuple[list[Candida
     for summary in results["datasets"].values():
         comparison: dict[str, Any] = dict(summary.get("comparison") or {})
         flips.update(comparison.get("newly_refused_ids") or [], comparison.get("newly_answered_ids") or [])
-    store = Store(store_dir) if store_dir is not None and (store_dir / STORE_FILE).is_file() else None
+    store = Store(store_dir, check=True) if store_dir is not None and (store_dir / STORE_FILE).is_file() else None
     judge = KeywordJudge()
     found: list[Candidate] = []
     missing = errors = 0

@@ -248,12 +248,12 @@ class RunResults:
         total = len(scheduled) if scheduled is not None else sum(len(d.prompts) for d in self.plugin.datasets)
         if scheduled is not None and scheduled <= self.records.keys() and exitstatus != pytest.ExitCode.INTERNAL_ERROR:
             return None
+        if session.shouldstop or session.shouldfail:  # (a reason of ours, the damaged store's, ends as "interrupted")
+            return f"the run stopped early ({session.shouldfail or session.shouldstop}) after {ran} of {total} prompts"
         if exitstatus == pytest.ExitCode.INTERRUPTED:
             return f"the run was interrupted after {ran} of {total} prompts"
         if exitstatus == pytest.ExitCode.INTERNAL_ERROR:
             return f"the run crashed (internal error) after {ran} of {total} prompts"
-        if session.shouldstop or session.shouldfail:
-            return f"the run stopped early ({session.shouldfail or session.shouldstop}) after {ran} of {total} prompts"
         if scheduled is not None:
             # Selected, and yet no result came back: an xdist worker killed while running it (the OOM killer, a
             # segfault in the user's code) reports a failure without one. The gate passed on the prompts that

@@ -12,7 +12,7 @@ import types
 import uuid
 from collections import Counter
 from collections.abc import Collection, Generator, Iterable
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 import pytest
 
@@ -143,6 +143,9 @@ class OrbenchPlugin:
                     self._begin(every, announce=False, preview=plan)  # nothing can deselect a prompt: calls start now
                 else:
                     self.coordinator.early(every, plan)
+        except StoreError as exc:  # damaged where the opening's check did not look (a page written since)
+            self.coordinator.stop()
+            raise pytest.UsageError(_unusable_store(exc)) from None
         except BaseException:
             # Not registered yet, so no pytest_unconfigure of ours will close the store or stop a fetch.
             self.coordinator.stop()
@@ -365,8 +368,19 @@ class OrbenchPlugin:
     def outcome(self, item: PromptItem, request: Request) -> Outcome:
         try:
             return self.coordinator.outcome(request, item.prompt.id)
+        except StoreError as exc:
+            self.store_failed(item, exc)
         finally:
             self.progress.done_waiting()
+
+    def store_failed(self, item: PromptItem, exc: StoreError) -> NoReturn:
+        """The store failed under a test (damaged since the run began): the run stops with its message, which
+        the gate's "run completed" check quotes (inconclusive); never an internal error."""
+        message = _unusable_store(exc)
+        item.session.shouldstop = message
+        if not any(name == "orbench" for name, _ in item.user_properties):
+            self.hand_over(item, self.error_record(item, message))  # a result, so that the gate says inconclusive
+        pytest.fail(message, pytrace=False)
 
     # -- judging ----------------------------------------------------------------------------
     def error_record(self, item: PromptItem, error: str, outcomes: list[Outcome] | None = None,
@@ -425,6 +439,8 @@ class OrbenchPlugin:
         text = reply_text(reply)
         try:
             judgement = self._judgement(item.prompt.text, reply, outcome.judge)
+        except StoreError:
+            raise  # the store, not the judge: the run stops (judge_item)
         except Exception as exc:  # a custom judge that raised or returned something that is no verdict
             return {"verdict": Verdict.ERROR.value, "refused": None, "judge_reason": "", "reply": reply, "text": text,
                     "error": scrub(None, f"judge {self.judge.id} failed: {type(exc).__name__}: {exc}"),
@@ -491,6 +507,13 @@ class OrbenchPlugin:
 
     def judge_item(self, item: PromptItem, outcomes: list[Outcome], base_outcomes: list[Outcome] | None = None
                    ) -> PromptRecord:
+        try:
+            return self._judge_item(item, outcomes, base_outcomes)
+        except StoreError as exc:
+            self.store_failed(item, exc)
+
+    def _judge_item(self, item: PromptItem, outcomes: list[Outcome], base_outcomes: list[Outcome] | None = None
+                    ) -> PromptRecord:
         combined, reply = self._combined(item, outcomes, [r.key for r in item.requests.head])
         refused = combined["refused"]
         matched = None if refused is None else refused == (item.prompt.expected == "refuse")

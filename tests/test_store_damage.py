@@ -1,0 +1,110 @@
+"""A damaged response store: a usage error naming the file and the fix, before any call where a cheap check
+finds it; found later, the run stops with the same message and an inconclusive verdict; never an
+INTERNALERROR (the plugin, the CLI, the Action)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_orbench.cli import main
+from tests.conftest import load, mock_args, stats
+from tests.test_action import env, github  # noqa: F401  (the Action's fixtures: its environment, a fake GitHub)
+
+pytestmark = pytest.mark.usefixtures("orbench_env")
+STORE = Path(".orbench") / "responses.sqlite3"
+
+
+def damage(path: Path, page: int | None) -> None:
+    """dd if=/dev/urandom of=PATH bs=4096 seek=PAGE count=1 conv=notrunc (the last page when None)."""
+    for sidecar in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        sidecar.unlink(missing_ok=True)
+    pages = path.stat().st_size // 4096
+    with path.open("r+b") as fh:
+        fh.seek(4096 * (pages - 1 if page is None else page))
+        fh.write(os.urandom(4096))
+
+
+def run(pytester: pytest.Pytester, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest", *args], cwd=pytester.path, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
+
+
+@pytest.mark.parametrize(("page", "workers"), [(1, []), (None, []), (1, ["-n", "2"])],
+                         ids=["interior-page", "last-page", "interior-page-xdist"])
+def test_a_damaged_store_is_a_usage_error_before_any_call(pytester: pytest.Pytester, mock: Any, page: int | None,
+                                                          workers: list[str]) -> None:
+    args = mock_args(mock, "--orbench-sample", "60", "--orbench-seed", "1")
+    assert run(pytester, *args).returncode == 0
+    made = stats(mock.url)["requests"]
+    damage(pytester.path / STORE, page)
+    result = run(pytester, *args, *workers)
+    assert result.returncode == 4, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "INTERNALERROR" not in result.stdout + result.stderr
+    assert f"the response store {pytester.path / '.orbench'} is damaged" in result.stderr
+    assert "move that file aside (the next run asks again for what it held)" in result.stderr
+    assert stats(mock.url)["requests"] == made  # not one call
+    # The fix, as said: moved aside, the next run asks again.
+    (pytester.path / STORE).rename(pytester.path / "damaged.sqlite3")
+    assert run(pytester, *args).returncode == 0
+
+
+def test_damage_met_during_the_run_stops_it_inconclusive(pytester: pytest.Pytester, mock: Any) -> None:
+    # A page damaged after the run's start (the opening's check passed): simulated where the run next reads the
+    # store, as SQLite reports it.
+    pytester.makeconftest("""
+        import sqlite3
+        from pytest_orbench import store
+
+        def pytest_configure(config):
+            def verdict(self, key):
+                raise store.unusable(self.directory, sqlite3.DatabaseError("database disk image is malformed"))
+            store.Store.verdict = verdict
+    """)
+    args = mock_args(mock, "--orbench-sample", "30", "--orbench-seed", "1", "--orbench-json", "r.json")
+    result = run(pytester, *args)
+    assert result.returncode not in (0, 3, 4), result.stdout[-3000:]
+    assert "INTERNALERROR" not in result.stdout + result.stderr
+    results = load(pytester.path / "r.json")
+    assert results["gate"]["verdict"] == "inconclusive"
+    (check,) = [c for c in results["gate"]["checks"] if c["name"] == "run completed"]
+    assert "is damaged" in check["message"] and "move that file aside" in check["message"]
+    assert "judge keyword failed" not in result.stdout  # the store's fault, not the judge's
+    assert "1 failed" in result.stdout and "the run stopped early (pytest-orbench: the response store" in check["message"]
+
+
+def test_orbench_commands_name_a_damaged_store(pytester: pytest.Pytester, mock: Any, capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    assert run(pytester, *mock_args(mock, "--orbench-sample", "20", "--orbench-seed", "1", "--orbench-json",
+                                    "r.json")).returncode == 0
+    damage(pytester.path / STORE, 1)
+    monkeypatch.chdir(pytester.path)
+    (pytester.path / "labelled.csv").write_text("prompt,response,label\nhi,Sure.,compliance\n", encoding="utf-8")
+    for argv in (["judge-eval", "labelled.csv", "--judge", "llm", "--judge-model", "openai/judge", "--judge-api-base",
+                  mock.url], ["label", "r.json", "--export", "s.csv"], ["batches"]):
+        assert main(argv) == 2, argv
+        assert "is damaged" in capsys.readouterr().err, argv
+
+
+def test_the_action_comment_says_inconclusive_and_names_the_store(pytester: pytest.Pytester, mock: Any,
+                                                                 env: dict[str, str], github: Any,  # noqa: F811
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from action.main import main as action_main
+    from tests.test_action import outputs, stopped_with_usage_error
+
+    args = mock_args(mock, "--orbench-sample", "20", "--orbench-seed", "1")
+    assert run(pytester, *args).returncode == 0
+    damage(pytester.path / STORE, 1)
+    result = run(pytester, *args)
+    assert result.returncode == 4
+    stopped_with_usage_error(env, monkeypatch, result.stderr)  # what the Run step keeps of pytest's stderr
+    assert action_main() == 1
+    (comment,) = github.comments.values()
+    assert "**inconclusive**: pytest --orbench stopped with a usage error before any result" in comment["body"]
+    assert "is damaged" in comment["body"] and "responses.sqlite3" in comment["body"]
+    assert outputs(env)["verdict"] == "inconclusive"
