@@ -96,6 +96,11 @@ _MALFORMED = {
 }
 
 
+# What the HTTP clients say when they refuse to build a request (aiohttp, httpx): a local error, never retried.
+_LOCAL = ("Cannot combine AUTHORIZATION header", "Invalid header value", "Illegal header value",
+          "Request URL is missing an 'http://' or 'https://' protocol", "Invalid non-printable ASCII character in URL")
+
+
 def describe_failure(exc: BaseException, api_base: str | None, timeout: float) -> EndpointError:
     """What actually happened, from the whole exception chain (litellm reports a refused connection as
     "HTTP 500 InternalServerError"): connection refused, DNS, TLS, TLS answering an http:// request,
@@ -143,6 +148,13 @@ def describe_failure(exc: BaseException, api_base: str | None, timeout: float) -
     if "TooManyRedirects" in names:
         return EndpointError(f"too many redirects from {where} (a redirect loop: check api_base)", retryable=True,
                              unreachable=True)
+    local = next((e for e in chain if isinstance(e, (ValueError, TypeError)) and any(words in str(e) for words in _LOCAL)),
+                 None)
+    if local is not None and _sent_status(chain) is None:
+        # The HTTP client refused to build the request (a header it cannot send, a URL it cannot use): nothing
+        # reached the endpoint, and every retry would fail the same way.
+        return EndpointError(f"the request to {where} could not be sent (a local error, not the endpoint's): "
+                             f"{' '.join(str(local).split())[:200]}", retryable=False, fatal=True)
     status = _sent_status(chain)
     if status is not None:
         if status in REJECTED:

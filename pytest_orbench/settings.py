@@ -91,6 +91,19 @@ class Settings:
     judge_min_agreement: float | None = None  # below this agreement with them the gate is inconclusive
     base: Settings | None = None  # the live base configuration (--orbench-base-*, base:), compared prompt by prompt
 
+    def __repr__(self) -> str:
+        # The generated repr, with the endpoint URLs as they are shown elsewhere (no credentials, no query) and
+        # no secret (api_key is left out): --full-trace and -l print it in a crash's locals.
+        from dataclasses import fields
+
+        shown = []
+        for f in fields(self):
+            if not f.repr:
+                continue
+            value = getattr(self, f.name)
+            shown.append(f"{f.name}={redact_url(value) if f.name == 'api_base' else value!r}")
+        return f"Settings({', '.join(shown)})"
+
     @property
     def system_prompt_sha256(self) -> str | None:
         if self.system_prompt is None:

@@ -54,6 +54,13 @@ def api_base_problem(url: str | None) -> str | None:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return "is not an http:// or https:// URL with a host: write it as http://HOST:PORT/v1"
     shown = f"{parts.scheme}://{parts.hostname}"
+    if parts.username is not None or parts.password is not None:
+        # litellm cannot send credentials from the URL: every call failed locally ("Cannot combine AUTHORIZATION
+        # header with AUTH argument or credentials encoded in URL"), and the URL itself is a secret in plain sight.
+        return (f"({shown}) has credentials in it (user:password@): they cannot be sent from the URL, and a URL is "
+                "shown and stored; remove them, and pass the key through an environment variable (api_key_env: / "
+                "--orbench-api-key-env VAR) or as a header: litellm_kwargs: {extra_headers: {Authorization: "
+                "{env: VAR}}}")
     try:
         port = parts.port
     except ValueError:
@@ -117,6 +124,11 @@ class ModelSpec:
     # The kwargs as written (`{env: VAR}` values unresolved): resolved only when the call is made, so
     # header values and secrets never reach a key, the store or a report. `params` holds their public form.
     call_kwargs: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __repr__(self) -> str:
+        # No URL credentials or query (a token there) in any traceback, log or --full-trace's locals.
+        return (f"ModelSpec(model={self.model!r}, api_base={redact_url(self.api_base)!r}, params={self.params!r}, "
+                f"timeout={self.timeout!r}, api_key_env={self.api_key_env!r})")
 
     def request_kwargs(self) -> dict[str, Any]:
         """What litellm gets besides model and messages: params, with the written kwargs resolved."""

@@ -327,7 +327,7 @@ def test_a_live_base_sent_elsewhere_than_the_run_is_refused_unless_said(pytester
     # api_base, so its calls went to OpenAI's public API (paid, or a 404 for a local model's name).
     for var in ("OPENAI_BASE_URL", "OPENAI_API_BASE"):
         monkeypatch.delenv(var, raising=False)
-    head = ["--orbench", "--orbench-model=openai/new", "--orbench-api-base=http://user:pw@127.0.0.1:8000/v1?k=1",
+    head = ["--orbench", "--orbench-model=openai/new", "--orbench-api-base=http://127.0.0.1:8000/v1?k=pw-in-the-query",
             "--orbench-datasets=toxic", "--orbench-sample=2", "--orbench-seed=1", "--collect-only", "-p", "no:cacheprovider"]
     refused = pytester.runpytest(*head, "--orbench-base-model=openai/old")
     usage_error(refused, "the live base openai/old has no api_base of its own, so its calls would go to openai's own "
@@ -335,7 +335,7 @@ def test_a_live_base_sent_elsewhere_than_the_run_is_refused_unless_said(pytester
                          "(base.api_base in orbench.yaml) to where openai/old is served, e.g. "
                          "--orbench-base-api-base=http://127.0.0.1:8000/v1, or --orbench-base-api-base= (base: "
                          "{api_base: null}) to send the base's calls to openai's default endpoint on purpose")
-    assert "pw" not in refused.stdout.str() + refused.stderr.str()
+    assert "pw-in-the-query" not in refused.stdout.str() + refused.stderr.str()
     # Said explicitly (a head behind a proxy, the base at the provider), the run says where each side goes.
     for said in (["--orbench-base-model=openai/old", "--orbench-base-api-base="],
                  ["--orbench-base-model=openai/old", "--orbench-base-api-base=https://gw.example/v1"]):
@@ -380,7 +380,7 @@ def test_a_live_base_whose_endpoint_is_in_its_litellm_kwargs_is_not_refused(pyte
     ("--orbench-api-base", "http://127.0.0.1:/v1",
      "--orbench-api-base (api_base: in orbench.yaml) (http://127.0.0.1:) has ':' and no port after it, which would call "
      "port 80: give the port, or leave the ':' out"),
-    ("--orbench-api-base", "https://user:pw@gw.example:80a/v1?key=s3cret",
+    ("--orbench-api-base", "https://gw.example:80a/v1?key=s3cret",
      "--orbench-api-base (api_base: in orbench.yaml) (https://gw.example:...) has a port that is not a number*"),
     ("--orbench-api-base", "localhost:8000/v1",
      "--orbench-api-base (api_base: in orbench.yaml) is not an http:// or https:// URL with a host: write it as "
