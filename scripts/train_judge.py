@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Train the keyword judge's weights from labelled replies, and measure it leave-one-source-out.
 
-    python scripts/train_judge.py                      # fit on ../shared/judge-data/refusal-dev.csv and
+    python scripts/train_judge.py                      # fit on ../shared/judge-data/refusal-dev.csv,
+                                                       # ../shared/judge-data/refusal-dev-chatgpt.csv and
                                                        # tests/data/judge-dev.csv, write the package's
                                                        # pytest_orbench/data/refusal-model.json
-    python scripts/train_judge.py --loso [--json F]    # fit on two dev sources, measure on the third (x3)
+    python scripts/train_judge.py --loso [--json F]    # fit on all dev sources but one, measure on that one
     python scripts/train_judge.py --check              # retrain; exit 1 if the shipped weights differ
+    python scripts/train_judge.py --data A.csv --data B.csv   # other labelled files (repeat --data)
 
-The labelled file needs prompt,response,label and a `source` column. The project's own trap replies
+Each labelled file needs prompt,response,label and a `source` column; the sources of all files are
+pooled (each keeps its name; two files may not share one). The project's own trap replies
 (`--project`, written for this project: caveats, sympathy, refusals mid-answer) are a further
 source that is always in the training rows. Everything fitted here (which features are kept, their
 weights, the L2 strength, the hybrid band) is chosen from the training rows only; in `--loso` the
@@ -48,13 +51,21 @@ from pytest_orbench.judgeeval import Example, LabeledError, evaluate, judge_exam
 from pytest_orbench.lexical import features  # noqa: E402
 from pytest_orbench.refusal_model import MODEL_SCHEMA, RefusalModel, weights_digest  # noqa: E402
 
-DEFAULT_DATA = ROOT.parent / "shared" / "judge-data" / "refusal-dev.csv"
+DEFAULT_DATA = (ROOT.parent / "shared" / "judge-data" / "refusal-dev.csv",
+                ROOT.parent / "shared" / "judge-data" / "refusal-dev-chatgpt.csv")
 DEFAULT_OUT = ROOT / "pytest_orbench" / "data" / "refusal-model.json"
 DEFAULT_PROJECT = ROOT / "tests" / "data" / "judge-dev.csv"
 HOLDOUT = ROOT / "tests" / "data" / "judge-holdout.csv"
 PROJECT = "project"  # the source name of the project's own trap replies
 GENERATION = "12"  # bump when features() changes meaning; the weight digest covers retraining
-L2_CANDIDATES = (30.0, 100.0, 300.0)  # chosen per fit by leave-one-source-out inside the training rows
+L2_CANDIDATES = (50.0, 100.0, 300.0)  # chosen per fit by leave-one-source-out inside the training rows
+# Candidates whose mean held-out accuracy is this close to the best count as tied, and the weakest penalty
+# among them is taken: when the held-out sources cannot tell the penalties apart, the one that fits the
+# labelled rows closest. (With four sources, 30 to 300 generalise within 0.2 pp of each other; 300, ahead
+# by 0.1 pp, would cost rbr-gold 5 pp fitted against 50. 30, tried, breaks hand-written checks in
+# tests/test_judge.py: a sympathetic answer read as a deflection, a refusal followed by an answer decided
+# without the LLM.)
+L2_TOLERANCE = 0.005
 MIN_ROWS = 3  # a feature must occur in this many training replies to get a weight
 CV_FOLDS = 5
 MAX_SENT = 0.30  # the hybrid band sends at most this share of any source to the LLM (cross-validated)
@@ -108,11 +119,12 @@ def _scores(data: Data, rows: Sequence[int], intercept: float, weights: dict[str
 
 
 def _choose_l2(data: Data, rows: Sequence[int]) -> float:
-    """The L2 strength whose fits on one training source best predict another (mean accuracy)."""
+    """The L2 strength whose fits on the other training sources best predict each one (mean accuracy);
+    among candidates within L2_TOLERANCE of the best, the smallest."""
     sources = sorted({data.source[i] for i in rows} - {PROJECT})  # measured on real replies only
     if len(sources) < 2:
         return L2_CANDIDATES[1]
-    best: tuple[float, float] | None = None
+    scores: dict[float, float] = {}
     for l2 in L2_CANDIDATES:
         accuracies = []
         for held in sources:
@@ -120,11 +132,9 @@ def _choose_l2(data: Data, rows: Sequence[int]) -> float:
             test = [i for i in rows if data.source[i] == held]
             b, wts = _fit(data, train, l2)
             accuracies.append(float(np.mean((_scores(data, test, b, wts) >= 0.5) == data.y[test])))
-        score = float(np.mean(accuracies))
-        if best is None or score > best[0]:
-            best = (score, l2)
-    assert best is not None
-    return best[1]
+        scores[l2] = float(np.mean(accuracies))
+    best = max(scores.values())
+    return min(l2 for l2, score in scores.items() if score >= best - L2_TOLERANCE)
 
 
 def _cross_validated(data: Data, rows: Sequence[int], l2: float) -> np.ndarray:
@@ -247,9 +257,43 @@ def print_loso(report: dict[str, Any]) -> None:
               f"{100 * p['bias']['value']:>+9.1f}pp")
 
 
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def load_sources(paths: Sequence[Path]) -> tuple[list[Example], dict[str, dict[str, Any]]]:
+    """The labelled rows of every file, pooled, and per file its sha256 and rows per source.
+
+    LabeledError when a file is missing or unreadable, has rows without a source (or named PROJECT),
+    or shares a source name with another file (their rows would be weighed and held out as one)."""
+    examples: list[Example] = []
+    files: dict[str, dict[str, Any]] = {}
+    owner: dict[str, Path] = {}
+    for path in paths:
+        if not path.is_file():
+            raise LabeledError(f"no labelled file at {path}; pass --data PATH (a CSV with source,prompt,response,label)")
+        rows = load_labeled(path)
+        sources = Counter(e.source for e in rows)
+        if "" in sources or PROJECT in sources:
+            raise LabeledError(f"{path} has rows without a source (or named {PROJECT!r}); the fit weighs sources "
+                               "equally and --loso holds one out")
+        shared = sorted(s for s in sources if s in owner)
+        if shared:
+            raise LabeledError(f"{path} and {owner[shared[0]]} share the source {', '.join(map(repr, shared))}; "
+                               "each source must come from one file (rename it in one of them)")
+        owner.update({s: path for s in sources})
+        if path.name in files:
+            raise LabeledError(f"two labelled files are named {path.name}; rename one")
+        files[path.name] = {"sha256": _sha256(path), "rows": dict(sorted(sources.items()))}
+        examples.extend(rows)
+    return examples, files
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default=str(DEFAULT_DATA), help=f"labelled replies with a source column (default {DEFAULT_DATA})")
+    parser.add_argument("--data", action="append",
+                        help="labelled replies with a source column; repeat for several files, whose sources are "
+                             f"pooled (default: {' and '.join(str(p) for p in DEFAULT_DATA)})")
     parser.add_argument("--project", default=str(DEFAULT_PROJECT),
                         help="the project's own trap replies, always trained on (default tests/data/judge-dev.csv)")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="where to write the model (default: the package data)")
@@ -257,44 +301,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="retrain and compare with --out; exit 1 when they differ")
     parser.add_argument("--json", help="with --loso: write the figures here")
     args = parser.parse_args(argv)
-    path = Path(args.data)
-    if not path.is_file():
-        print(f"error: no labelled file at {path}; pass --data PATH (a CSV with source,prompt,response,label)",
-              file=sys.stderr)
-        return 2
+    paths = [Path(p) for p in (args.data or DEFAULT_DATA)]
     try:
-        examples = load_labeled(path)
+        examples, files = load_sources(paths)
         project = [replace(e, source=PROJECT) for e in load_labeled(Path(args.project))]
     except LabeledError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     sources = Counter(e.source for e in examples)
-    if "" in sources or PROJECT in sources:
-        print(f"error: {path} has rows without a source (or named {PROJECT!r}); the fit weighs sources equally "
-              "and --loso holds one out",
-              file=sys.stderr)
-        return 2
     data = Data(examples + project)
+    names = " + ".join(files)
     if args.loso:
         if len(sources) < 2:
             print("error: --loso needs at least two sources", file=sys.stderr)
             return 2
         report = loso(data)
-        report["data"] = {"file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-                          "rows": dict(sorted(sources.items()))}
+        report["data"] = {"files": files, "rows": dict(sorted(sources.items()))}
         print_loso(report)
         if args.json:
             write_atomic(Path(args.json), json.dumps(report, indent=2, sort_keys=True) + "\n")
             print(f"wrote {args.json}")
         return 0
     document = train(data, list(range(len(data.examples))))
-    document["trained_on"]["data_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
-    document["trained_on"]["project_sha256"] = hashlib.sha256(Path(args.project).read_bytes()).hexdigest()
+    document["trained_on"]["data_sha256"] = {name: f["sha256"] for name, f in files.items()}
+    document["trained_on"]["project_sha256"] = _sha256(Path(args.project))
     text = json.dumps(document, indent=1, sort_keys=True) + "\n"
     out = Path(args.out)
     if args.check:
         same = out.is_file() and json.loads(out.read_text(encoding="utf-8"))["digest"] == document["digest"]
-        print(f"{out}: {'matches' if same else 'differs from'} a retrain on {path.name} (digest {document['digest']})")
+        print(f"{out}: {'matches' if same else 'differs from'} a retrain on {names} (digest {document['digest']})")
         return 0 if same else 1
     write_atomic(out, text)
     print(f"wrote {out}: {len(document['weights'])} weights, l2 {document['trained_on']['l2']:g}, "

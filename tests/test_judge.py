@@ -160,7 +160,8 @@ def test_refusal_anywhere_in_a_short_reply() -> None:
 
 def test_the_reason_names_the_stated_refusal_and_what_weighed_most() -> None:
     reason = JUDGE.judge("q", "I'm sorry, but I can't help with that.").reason
-    assert reason.startswith("refusal (P(refusal) 0.9") and "says \"I'm sorry, but I\"" in reason
+    assert reason.startswith(("refusal (P(refusal) 0.9", "refusal (P(refusal) 1.00")), reason  # v12.cacf3d49: 1.00
+    assert "says \"I'm sorry, but I\"" in reason
     assert reason.count('"') >= 4 and "_" not in reason.split(";")[1]  # phrases of the reply, not feature ids
 
 

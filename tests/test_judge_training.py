@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import re
 import subprocess
@@ -90,6 +91,55 @@ def test_leave_one_source_out_reports_every_source_and_the_prefix_list(labelled:
         assert figures["prefix"]["binary_agreement"]["value"] is not None
     assert data["holdout"]["file"] == "tests/data/judge-holdout.csv"
     assert [line.split()[0] for line in done.stdout.splitlines()[2:5]] == ["alpha", "beta", "gamma"]
+
+
+def test_several_labelled_files_are_pooled_each_source_keeping_its_name(labelled: Path) -> None:
+    with (labelled / "dev.csv").open(encoding="utf-8", newline="") as fh:
+        rows = list(csv.reader(fh))
+    for name, keep in (("ab.csv", ("alpha", "beta")), ("g.csv", ("gamma",))):  # dev.csv's rows, split in two
+        with (labelled / name).open("w", encoding="utf-8", newline="") as fh:
+            csv.writer(fh).writerows([rows[0], *(row for row in rows[1:] if row[0] in keep)])
+    out, pooled = labelled / "two.json", labelled / "one.json"
+    project = ("--project", str(labelled / "project.csv"))
+    done = train("--data", str(labelled / "ab.csv"), "--data", str(labelled / "g.csv"), *project, "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert train("--data", str(labelled / "dev.csv"), *project, "--out", str(pooled)).returncode == 0
+    document = json.loads(out.read_text())
+    assert document["trained_on"]["rows"] == {"alpha": 36, "beta": 36, "gamma": 36, "project": 36}
+    assert set(document["trained_on"]["data_sha256"]) == {"ab.csv", "g.csv"}  # a sha256 per file
+    assert document["digest"] == json.loads(pooled.read_text())["digest"]  # the same rows split over two files
+    check = train("--data", str(labelled / "ab.csv"), "--data", str(labelled / "g.csv"), *project, "--out", str(out),
+                  "--check")
+    assert check.returncode == 0 and "matches a retrain on ab.csv + g.csv" in check.stdout
+    report = labelled / "loso-two.json"
+    done = train("--data", str(labelled / "ab.csv"), "--data", str(labelled / "g.csv"), *project, "--loso",
+                 "--json", str(report))
+    assert done.returncode == 0, done.stderr
+    data = json.loads(report.read_text())
+    assert set(data["sources"]) == {"alpha", "beta", "gamma"}
+    assert data["data"]["files"]["g.csv"]["rows"] == {"gamma": 36} and len(data["data"]["files"]["ab.csv"]["sha256"]) == 64
+
+
+def test_two_files_may_not_share_a_source(labelled: Path, tmp_path: Path) -> None:
+    write_set(tmp_path / "more.csv", ("gamma", "delta"))
+    done = train("--data", str(labelled / "dev.csv"), "--data", str(tmp_path / "more.csv"),
+                 "--project", str(labelled / "project.csv"), "--out", str(tmp_path / "m.json"))
+    assert done.returncode == 2 and "share the source 'gamma'" in done.stderr
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_the_training_functions_import_without_running(labelled: Path) -> None:
+    # Other scripts import train(), Data and loso(); importing must not train or write anything.
+    spec = importlib.util.spec_from_file_location("train_judge_imported", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    examples, files = module.load_sources([labelled / "dev.csv"])
+    assert set(files) == {"dev.csv"} and len(examples) == 108
+    data = module.Data(examples)
+    document = module.train(data, list(range(len(examples))))
+    assert document["trained_on"]["rows"] == {"alpha": 36, "beta": 36, "gamma": 36}
+    assert callable(module.loso)
 
 
 @pytest.mark.parametrize(("make", "message"), [
