@@ -84,6 +84,7 @@ def check_inputs(env: Mapping[str, str]) -> bool:
     Returns use-conftest."""
     _comment_mode(env)
     _bool("fail-on-regression", env.get("ORBENCH_FAIL_ON_REGRESSION", "true"))
+    _bool("verify-flips", env.get("ORBENCH_VERIFY_FLIPS", "false") or "false")
     compare = env.get("ORBENCH_COMPARE_WITH", "baseline").strip() or "baseline"
     if compare not in COMPARE_MODES:
         raise ActionSettingsError(f"input compare-with must be one of {', '.join(COMPARE_MODES)}, got {compare!r}")

@@ -27,7 +27,7 @@ from pytest_orbench.stats import detectable_increase, mcnemar_p, paired_diff_ci,
 
 BASELINE_SCHEMA_VERSION = 1
 PROMPT_FIELDS = ("id", "dataset", "category", "prompt_sha256", "verdict", "refused", "refused_share", "refused_trials",
-                 "scored_trials")
+                 "scored_trials", "reply_key")
 DATASET_FIELDS = ("n", "refused", "errors", "rejection_rate", "ci95", "expected", "total", "filtered", "empty", "unscored",
                   "flaky")
 

@@ -43,7 +43,8 @@ def _mock_server(args: argparse.Namespace) -> int:
         fault_rate=args.fault_rate, faults=faults, fault_attempts=args.fault_attempts,
         retry_after=args.retry_after, hang=args.hang, content_filter_rate=args.content_filter_rate,
         empty_rate=args.empty_rate, reasoning_tokens=args.reasoning_tokens, noise=args.noise, ambiguous_rate=args.ambiguous_rate,
-        judge_unscored_rate=args.judge_unscored_rate, gen_toxic_share=args.gen_toxic_share,
+        judge_unscored_rate=args.judge_unscored_rate, judge_overturn=args.judge_overturn,
+        gen_toxic_share=args.gen_toxic_share,
         gen_duplicate_rate=args.gen_duplicate_rate, gen_moderator_flip=args.gen_moderator_flip,
         gen_unparseable_rate=args.gen_unparseable_rate, batch_polls=args.batch_polls,
         batch_fail_rate=args.batch_fail_rate, batch_expire_share=args.batch_expire_share,
@@ -75,7 +76,7 @@ def _mock_server(args: argparse.Namespace) -> int:
     return 0
 
 
-RATES = ("fault_rate", "content_filter_rate", "empty_rate", "noise", "ambiguous_rate", "judge_unscored_rate",
+RATES = ("fault_rate", "content_filter_rate", "empty_rate", "noise", "ambiguous_rate", "judge_unscored_rate", "judge_overturn",
          "gen_toxic_share", "gen_duplicate_rate", "gen_moderator_flip", "gen_unparseable_rate", "batch_fail_rate",
          "batch_expire_share", "strictness")
 
@@ -514,6 +515,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "lectured answer (an answer behind a caveat)")
     mock.add_argument("--judge-unscored-rate", type=finite_float, default=0.0,
                       help="acting as an LLM judge: share of outputs without a valid [[class]]")
+    mock.add_argument("--judge-overturn", type=finite_float, default=0.0,
+                      help="acting as an LLM judge: share of replies read the other way (a refusal as an answer, an "
+                           "answer as a refusal), chosen by a hash of the reply: --orbench-verify-flips overturns them")
     mock.add_argument("--gen-toxic-share", type=finite_float, default=0.2, help="as a rewriter: share of rewrites that stay harmful")
     mock.add_argument("--gen-duplicate-rate", type=finite_float, default=0.25,
                       help="as a rewriter: share of seeds whose last rewrite copies the first")

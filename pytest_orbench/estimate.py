@@ -36,6 +36,7 @@ class Part:
     at_most: bool = False  # hybrid judge: only the replies it cannot decide go to the LLM
     shared: int = 0  # prompts (trials) answered by another's call: an identical prompt's reply
     unit: str = "prompts"  # what `shared` counts ("prompt trials" with --orbench-trials)
+    note: str = ""  # how an expected number of calls was estimated (flip verification)
 
     @property
     def cost(self) -> float | None:
@@ -114,7 +115,7 @@ def lines(parts: list[Part], output_tokens: int) -> list[str]:
             f" ({p.shared:,} shared a reply with an identical prompt)" if p.shared else "")
         out.append(f"  {p.what} {p.model}: {shared}, {p.input_tokens:,} input + {p.output_tokens:,} "
                    f"output tokens; synchronous {_amount(p.cost, bound, False)}, "
-                   f"batch {_amount(p.batch_cost, bound, p.price is not None)}{where}")
+                   f"batch {_amount(p.batch_cost, bound, p.price is not None)}{where}" + (f" ({p.note})" if p.note else ""))
     sync, batch = total(parts), total(parts, batch=True)
     bound = "at most " if any(p.at_most for p in parts) else ""
     out.append(f"  total: synchronous {_amount(sync, bound, False)}, batch {_amount(batch, bound, sync is not None)}")
@@ -152,6 +153,42 @@ def plan_parts(settings: Settings, judge: Judge, plan: Plan) -> list[Part]:
             parts.append(judge_part(s.judge_spec.model, questions, s.estimate_output_tokens, judge.id == "hybrid",
                                     s.judge_spec.call_kwargs))
     return parts
+
+
+# Without stored replies to measure it on: the share of prompts assumed to flip (Hard-1K's demo example: 114 of
+# 1,319 = 8.6% under one cautious sentence; a round, higher figure keeps --orbench-max-cost on the safe side).
+DEFAULT_FLIP_SHARE = 0.10
+MIN_MEASURED = 20  # stored replies needed to use the measured flip share instead
+
+
+def verification_part(settings: Settings, prompts: list[str], flipped: int, compared: int, sides: int) -> Part | None:
+    """--orbench-verify-flips: the LLM judge calls expected after the run. The flip share is measured where it
+    can be (the stored replies of this configuration judged now, against the compared side's verdicts), else
+    assumed (DEFAULT_FLIP_SHARE); each flip is asked once per side whose reply is stored."""
+    s = settings
+    if not s.verify_flips or s.judge_spec is None or not prompts:
+        return None
+    from pytest_orbench.judge import LLM_PROMPT
+
+    if compared >= MIN_MEASURED:
+        share = flipped / compared
+        how = (f"{100 * share:.1f}% of the prompts expected to flip: {flipped} of the {compared} stored replies judged "
+               "now differ from the compared side")
+    else:
+        share = DEFAULT_FLIP_SHARE
+        how = (f"{100 * share:.0f}% of the prompts assumed to flip (fewer than {MIN_MEASURED} stored replies to measure "
+               "it on)")
+    flips = round(share * len(prompts))
+    calls = flips * sides * s.trials
+    if not calls:
+        return Part("flip verification", s.judge_spec.model, 0, 0, 0, price_of(s.judge_spec.model, s.judge_spec.call_kwargs),
+                    note=how)
+    prompt_tokens = [count_tokens(s.judge_spec.model, [{"role": "user", "content": LLM_PROMPT.format(prompt=p, reply="")}])
+                     for p in prompts[:50]]
+    per_call = sum(prompt_tokens) / len(prompt_tokens) + s.estimate_output_tokens  # the reply read: as assumed
+    return Part("flip verification", s.judge_spec.model, calls, round(per_call * calls), JUDGE_OUTPUT_TOKENS * calls,
+                price_of(s.judge_spec.model, s.judge_spec.call_kwargs),
+                note=f"{how}; {'both sides' if sides == 2 else 'this run'} judged, each trial")
 
 
 def over_limit(settings: Settings, parts: list[Part]) -> str | None:

@@ -10,11 +10,11 @@ import re
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from pytest_orbench.chart import mermaid, our_points, paper_points
 from pytest_orbench.records import NOT_REQUESTED, ResultsDocument, RunMeta, against_live_base
-from pytest_orbench.report import P_EXPLAINED, drift_lines, error_shown, pct, pp
+from pytest_orbench.report import P_EXPLAINED, drift_lines, error_shown, pct, pp, verification_summary
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#!|~])")
 ICON = {"pass": "✅", "fail": "❌", "inconclusive": "⚠️", "ungated": "⚪"}
@@ -372,10 +372,15 @@ def render_markdown(results: ResultsDocument, list_limit: int | None = None, fit
         lines += ["", "</details>", ""]
     elif rows:
         lines += [_more(len(rows), "categories in the per-category table"), ""]
+    verified = verification_summary(results)
+    if verified:
+        lines += ["", f"**Flip verification:** {md_escape(verified)}.", ""]
     for name, summary in results["datasets"].items():
         block = summary.get("comparison")
         if block and name in shown_sets:
-            for ids, what in ((block["newly_refused_ids"], "newly refused"), (block["newly_answered_ids"], "newly answered")):
+            overturned = (cast(dict[str, Any], block).get("verification") or {}).get("overturned_ids") or []
+            for ids, what in ((block["newly_refused_ids"], "newly refused"), (block["newly_answered_ids"], "newly answered"),
+                              (overturned, "flips overturned by the LLM judge (not counted)")):
                 if ids:
                     lines += _prompt_list(results, name, ids, what, fit.lists)
     return "\n".join(lines).rstrip() + "\n"

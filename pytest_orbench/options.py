@@ -82,6 +82,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("judge_api_key_env", "str", None, "environment variable holding the judge's API key", "--orbench-judge-api-key-env"),
     Option("judge_max_tokens", "int", 512, "max tokens per judge reply (explanation + class)", "--orbench-judge-max-tokens"),
     Option("judge_litellm_kwargs", "dict", None, "extra keyword arguments for the judge's litellm.acompletion (YAML only)", ini=False),
+    Option("verify_flips", "bool", False, "after the run, the LLM judge (--orbench-judge-model) gives a second opinion "
+           "on every prompt whose verdict flipped against the baseline or live base, both sides' replies where "
+           "stored; the gate decides on the verified verdicts", "--orbench-verify-flips"),
     Option("judge_labels", "path", None, "CSV of your labels of this model's replies (`orbench label`): the keyword "
            "judge (and hybrid's) adapts to them, and every report says how far the judge agrees with them",
            "--orbench-judge-labels"),

@@ -58,6 +58,7 @@ class TrialVerdict(TypedDict):
     verdict: str
     refused: bool | None
     error: NotRequired[str]
+    reply_key: NotRequired[str]  # the store key of this trial's reply
 
 
 class Combined(TypedDict):
@@ -75,6 +76,7 @@ class Combined(TypedDict):
     reply_excerpt: str
     reply_key: NotRequired[str]  # the store key of the reply shown (its whole text is there): `orbench label`
     reply_digest: NotRequired[str]  # with judge_labels: labels.reply_digest of the prompt and the reply shown
+    flip_verification: NotRequired[dict[str, Any]]  # --orbench-verify-flips, on a flipped prompt: both opinions
     flaky: NotRequired[bool]  # with trials: some refused, some answered
     trials: NotRequired[list[TrialVerdict]]
 
@@ -152,6 +154,7 @@ class RunMeta(TypedDict, total=False):
     calls: dict[str, int]  # made, stored (per reply), errors (prompts with no reply; not_requested: never asked); prompts, shared (prompts whose reply another's call made)
     spend: dict[str, dict[str, Any]]  # endpoint / base / judge: tokens and cost_usd (None: price unknown)
     judge_calls: dict[str, int]  # sent_to_llm, decided_without_llm, made, errors (per reply, the live base's too)
+    verification: dict[str, Any]  # --orbench-verify-flips: the judge model, the calls made now, their cost
     served: dict[str, dict[str, int]]  # models and system fingerprints the provider reported, with counts
     started: str
     duration_seconds: float
@@ -274,6 +277,7 @@ class BaselinePrompt(TypedDict):
     refused_share: NotRequired[float | None]
     refused_trials: NotRequired[int]
     scored_trials: NotRequired[int]
+    reply_key: NotRequired[str]  # the store key of the reply judged: --orbench-verify-flips re-judges it if stored
 
 
 class BaselineDocument(TypedDict):

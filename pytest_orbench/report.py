@@ -365,4 +365,50 @@ def gate_lines(results: ResultsDocument, newly_limit: int = 20) -> list[str]:
             lines.append(f"    {term_safe(prompt_id, 80)} [{term_safe(str(prompt.get('category', '')), 30)}]{text}")
         if len(worse_ids) > newly_limit:
             lines.append(f"    ... and {len(worse_ids) - newly_limit} more (see the results JSON)")
+    lines += verification_lines(results, newly_limit)
+    return lines
+
+
+def verification_summary(results: ResultsDocument) -> str | None:
+    """--orbench-verify-flips in one line: per dataset, the flips found, verified, overturned, failed; the calls."""
+    run_block = results["run"].get("verification")
+    if not run_block:
+        return None
+    parts = []
+    for name, summary in results["datasets"].items():
+        v = cast(dict[str, Any], summary.get("comparison") or {}).get("verification")
+        if v is None:
+            continue
+        both = f" ({v['both_sides']} on both sides)" if v["found"] else ""
+        errors = f", {v['errors']} failed (no verdict: {v['first_error']})" if v["errors"] else ""
+        parts.append(f"{name}: {v['found']} flips found, {v['verified']} verified{both}, {v['overturned']} overturned"
+                     f"{errors}")
+    cost = "" if run_block.get("cost_usd") in (None, 0) else f", ${run_block['cost_usd']:.4f}"
+    calls = run_block["calls"]
+    return (f"flips verified by {run_block['model']}: {'; '.join(parts) or 'nothing was compared'}; "
+            f"{calls} judge call{'' if calls == 1 else 's'} made now{cost} (the rest from the store)")
+
+
+def verification_lines(results: ResultsDocument, limit: int = 20) -> list[str]:
+    """The verification's line, and the flips the LLM judge overturned (no longer counted), with its class."""
+    line = verification_summary(results)
+    if line is None:
+        return []
+    lines = [f"  {term_safe(line)}"]
+    by_id = {p["id"]: p for p in results["prompts"]}
+    for name, summary in results["datasets"].items():
+        v = cast(dict[str, Any], summary.get("comparison") or {}).get("verification") or {}
+        ids = v.get("overturned_ids") or []
+        if not ids:
+            continue
+        lines.append(f"  {term_safe(name, 40)}: {len(ids)} flips overturned by the LLM judge (not counted):")
+        for prompt_id in ids[:limit]:
+            prompt: Mapping[str, Any] = by_id.get(prompt_id) or {}
+            opinion: dict[str, Any] = dict(prompt.get("flip_verification") or {})
+            said = f"offline {opinion.get('offline', {}).get('verdict')}, LLM {opinion.get('llm', {}).get('verdict')}"
+            if opinion.get("compared_llm"):
+                said += f", compared side LLM {opinion['compared_llm'].get('verdict')}"
+            lines.append(f"    {term_safe(prompt_id, 80)} [{term_safe(str(prompt.get('category', '')), 30)}] {said}")
+        if len(ids) > limit:
+            lines.append(f"    ... and {len(ids) - limit} more (see the results JSON)")
     return lines

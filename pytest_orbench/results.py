@@ -198,23 +198,9 @@ class RunResults:
         run["duration_seconds"] = round(time.time() - self.plugin.started, 2)
         expected = {d.name: d.expected for d in self.plugin.datasets}
         s = self.settings
-        results = results_document(run, summarize(records, expected), records)
-        results["judge_audit"] = self.plugin.judge_audit(records)
-        reference: BaselineDocument | None = self.plugin.baseline
-        if s.base is not None:
-            # The live base: the same prompts asked under the base configuration in this session.
-            base_records = [base_record(r) for r in records if "base" in r]
-            base_run = self.plugin.run_meta(1)
-            base_run["served"] = served_versions(base_records)
-            base_results = results_document(base_run, summarize(base_records, expected), base_records)
-            reference = baseline_document(base_results)
-            results["base"] = {"run": {k: base_run[k] for k in ("endpoint", "system_prompt_sha256", "served")},
-                               "datasets": {n: {k: d[k] for k in ("n", "refused", "rejection_rate", "ci95", "errors", "flaky")}
-                                            for n, d in base_results["datasets"].items()}}
-            if self.plugin.baseline is not None:
-                results["drift"] = drift(self.plugin.baseline, base_results, s.gate.alpha)
         run["compared_with"] = (LIVE_BASE if s.base is not None else
                                 f"baseline file {s.baseline}" if self.plugin.baseline is not None else None)
+        reference, base_results = self._reference(records, expected)
         uncompared = None
         if s.base is not None and not run.get("base", {}).get("differs"):
             # The base asks exactly what the run asks (same model, endpoint, parameters and system prompt):
@@ -224,7 +210,24 @@ class RunResults:
             # The file it names is to be written, not read: say so instead of "no baseline".
             uncompared = (f"this run writes the baseline {s.baseline} (--orbench-update-baseline), so it is not "
                           "compared with the one there before")
+        verification = None
+        if s.verify_flips and reference is not None:
+            # The flips decide a paired gate: the LLM judge's verdicts replace the offline judge's on them (and on
+            # the compared side's replies where stored) before anything is counted.
+            reference, verification = self._verify(records, reference)
+            if s.base is not None:
+                _, base_results = self._reference(records, expected)
+        results = results_document(run, summarize(records, expected), records)
+        results["judge_audit"] = self.plugin.judge_audit(records)
+        if base_results is not None:
+            results["base"] = {"run": {k: base_results["run"][k] for k in ("endpoint", "system_prompt_sha256", "served")},
+                               "datasets": {n: {k: d[k] for k in ("n", "refused", "rejection_rate", "ci95", "errors", "flaky")}
+                                            for n, d in base_results["datasets"].items()}}
+            if self.plugin.baseline is not None:
+                results["drift"] = drift(self.plugin.baseline, base_results, s.gate.alpha)
         self.results = assess(results, reference, s.gate, uncompared)
+        if verification is not None:
+            self._attach_verification(verification)
         stopped = self._stopped(session, exitstatus, len(records))
         if stopped:
             mark_stopped(self.results["gate"], stopped, stored=unrun)
@@ -240,6 +243,44 @@ class RunResults:
         write_outputs(self.results, json=s.json, markdown=s.markdown, svg=s.svg, junit=s.junit,
                       markdown_max_chars=s.markdown_max_chars, failed=self.unwritten)
         self._set_exit_status(session, records)
+
+    def _reference(self, records: list[PromptRecord], expected: dict[str, str]
+                   ) -> tuple[BaselineDocument | None, ResultsDocument | None]:
+        """What the run is compared with: the baseline file, or the live base (the same prompts asked under the
+        base configuration in this session, as a results document of its own)."""
+        if self.settings.base is None:
+            return self.plugin.baseline, None
+        base_records = [base_record(r) for r in records if "base" in r]
+        base_run = self.plugin.run_meta(1)
+        base_run["served"] = served_versions(base_records)
+        base_results = results_document(base_run, summarize(base_records, expected), base_records)
+        return baseline_document(base_results), base_results
+
+    def _verify(self, records: list[PromptRecord], reference: BaselineDocument
+                ) -> tuple[BaselineDocument, dict[str, Any]]:
+        from pytest_orbench.verification import verify
+
+        s = self.settings
+        assert s.judge_spec is not None
+        store = self.plugin.coordinator.open_store()
+        reference, tallies, verifier = verify(records, reference, spec=s.judge_spec, store=store, retries=s.retries,
+                                              concurrency=s.concurrency, live_base=s.base is not None)
+        return reference, {"tallies": tallies, "model": s.judge_spec.model, "calls": verifier.calls,
+                           "cost_usd": None if verifier.cost is None else round(verifier.cost, 6),
+                           "usage": verifier.usage}
+
+    def _attach_verification(self, verification: dict[str, Any]) -> None:
+        """`datasets.<name>.comparison.verification` and the run's `verification` (judge model, calls, cost)."""
+        assert self.results is not None
+        for name, tally in verification["tallies"].items():
+            summary = self.results["datasets"].get(name)
+            comparison = summary.get("comparison") if summary is not None else None
+            if comparison is None:
+                continue
+            # (--orbench-verify-flips: found, verified, overturned, errors and the verified flips' counts)
+            cast(dict[str, Any], comparison)["verification"] = {
+                **tally, "newly_refused": comparison["newly_refused"], "newly_answered": comparison["newly_answered"]}
+        self.results["run"]["verification"] = {k: verification[k] for k in ("model", "calls", "cost_usd", "usage")}
 
     def _stopped(self, session: pytest.Session, exitstatus: int, ran: int) -> str | None:
         """Why the run ended before its selected prompts were done (None: it did not). A stop after every

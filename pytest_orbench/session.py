@@ -12,7 +12,7 @@ import types
 import uuid
 from collections import Counter
 from collections.abc import Collection, Generator, Iterable
-from typing import Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import pytest
 
@@ -54,6 +54,9 @@ from pytest_orbench.results import RunResults, dry_run
 from pytest_orbench.settings import Settings
 from pytest_orbench.spec import calls_go_to, kwargs_endpoint, redact_url
 from pytest_orbench.store import StoreError, response_key
+
+if TYPE_CHECKING:
+    from pytest_orbench.estimate import Part
 
 CACHED_JUDGES = ("keyword", "prefix")  # deterministic, versioned: their verdicts on a reply are stored
 
@@ -314,12 +317,41 @@ class OrbenchPlugin:
         return {r.key for nodeid, requests in self._requests.items() if self._prompt_ids[nodeid] in prompt_ids
                 for r in requests.all}
 
+    def _parts(self, plan: Plan) -> list[Part]:
+        """What the run would cost: the plan's calls, and with --orbench-verify-flips the judge calls expected
+        after it (the flip share measured on the stored replies, judged now, against the compared side)."""
+        from pytest_orbench.estimate import plan_parts, verification_part
+
+        parts = plan_parts(self.settings, self.judge, plan)
+        if not self.settings.verify_flips:
+            return parts
+        flipped = compared = 0
+        prompts = []
+        live = self.settings.base is not None
+        for nodeid, requests in self._requests.items():
+            prompt_id, head = self._prompt_ids[nodeid], requests.head[0]
+            prompts.append(head.text)
+            mine = plan.stored.get(head.key)
+            theirs = (plan.stored.get(requests.base[0].key) if live and requests.base
+                      else self.baseline_refused.get(prompt_id))
+            if mine is None or theirs is None or self.judge.llm is not None:
+                continue
+            refused = final_judgement(self.judge, head.text, mine, None).verdict.refused
+            other = (final_judgement(self.judge, head.text, theirs, None).verdict.refused if isinstance(theirs, dict)
+                     else theirs)
+            if refused is not None and other is not None:
+                compared += 1
+                flipped += refused != other
+        both = live or any(p.get("reply_key") for p in (self.baseline["prompts"] if self.baseline else []))
+        part = verification_part(self.settings, prompts, flipped, compared, 2 if both else 1)
+        return parts + ([part] if part is not None else [])
+
     def _check_max_cost(self, plan: Plan) -> None:
         """Refuse to start when the run's estimate (every prompt of the run, before -k deselection) is over
         --orbench-max-cost, or has no known price."""
-        from pytest_orbench.estimate import over_limit, plan_parts
+        from pytest_orbench.estimate import over_limit
 
-        problem = over_limit(self.settings, plan_parts(self.settings, self.judge, plan))
+        problem = over_limit(self.settings, self._parts(plan))
         if problem is not None:
             raise pytest.UsageError(f"pytest-orbench: {problem}")
 
@@ -332,9 +364,9 @@ class OrbenchPlugin:
             return
         self._begun = True
         if self.settings.estimate:
-            from pytest_orbench.estimate import lines, plan_parts
+            from pytest_orbench.estimate import lines
 
-            parts = plan_parts(self.settings, self.judge, self.coordinator.preview(requests))
+            parts = self._parts(self.coordinator.preview(requests))
             terminal = self.config.pluginmanager.get_plugin("terminalreporter")
             for text in lines(parts, self.settings.estimate_output_tokens):
                 if terminal is not None:
@@ -561,7 +593,7 @@ class OrbenchPlugin:
 
     def _base(self, item: PromptItem, base_outcomes: list[Outcome]) -> BaseRecord:
         """The prompt as the live base answered it: its verdict, or its error, and what its calls cost."""
-        base, base_reply = self._combined(item, base_outcomes)
+        base, base_reply = self._combined(item, base_outcomes, [r.key for r in item.requests.base])
         costs = self._costs(base_outcomes)
         return cast(BaseRecord, {
             **base, "fetched": any(o.fetched for o in base_outcomes), "served_model": base_reply.get("model"),
@@ -609,6 +641,8 @@ def _trial_verdict(trial: dict[str, Any]) -> TrialVerdict:
     verdict: TrialVerdict = {"verdict": trial["verdict"], "refused": trial["refused"]}
     if trial["error"]:
         verdict["error"] = trial["error"]
+    if trial.get("key") and trial["text"]:
+        verdict["reply_key"] = trial["key"]  # each trial's reply, for --orbench-verify-flips
     return verdict
 
 

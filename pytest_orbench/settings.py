@@ -87,6 +87,7 @@ class Settings:
     max_cost: float | None = None  # USD: refuse to start above it; stop calling when the spend reaches it
     batch: BatchSettings | None = None  # --orbench-batch: ask through the provider's batch API
     trials: int = 1  # each prompt asked this many times
+    verify_flips: bool = False  # the LLM judge (judge_spec) gives a second opinion on every flipped prompt
     judge_labels: Path | None = None  # your labels of this model's replies (labels.py): the judge adapts, the audit
     judge_min_agreement: float | None = None  # below this agreement with them the gate is inconclusive
     base: Settings | None = None  # the live base configuration (--orbench-base-*, base:), compared prompt by prompt
@@ -315,9 +316,14 @@ def _judge(values: dict[str, Any], folders: list[Path]) -> ModelSpec | None:
 
     name = values["judge"]
     spec = None
-    if name in ("llm", "hybrid"):
+    if values["verify_flips"] and name == "llm":
+        raise _fail("--orbench-verify-flips asks the LLM judge about the prompts whose verdict flipped, and --orbench-judge "
+                    "llm has judged every reply with it already; drop --orbench-verify-flips, or judge with keyword "
+                    "(or hybrid) and verify the flips with the LLM")
+    if name in ("llm", "hybrid") or values["verify_flips"]:
         if not values["judge_model"]:
-            raise _fail(f"--orbench-judge {name} needs a judge model: --orbench-judge-model MODEL (judge_model: in orbench.yaml)")
+            what = f"--orbench-judge {name}" if name in ("llm", "hybrid") else "--orbench-verify-flips"
+            raise _fail(f"{what} needs a judge model: --orbench-judge-model MODEL (judge_model: in orbench.yaml)")
         kwargs = values["judge_litellm_kwargs"] or {}
         _check_secrets(kwargs, "judge_litellm_kwargs", "judge_api_key_env", values["offline"])
         if values["judge_max_tokens"] < 1:
@@ -332,7 +338,8 @@ def _judge(values: dict[str, Any], folders: list[Path]) -> ModelSpec | None:
         spec = judge_model_spec(values["judge_model"], values["judge_api_base"], values["judge_max_tokens"],
                                 values["timeout"], key, values["judge_api_key_env"], kwargs)
     elif values["judge_model"] or values["judge_api_base"]:
-        raise _fail(f"judge_model / judge_api_base are set but --orbench-judge is {name!r}; use --orbench-judge llm or hybrid")
+        raise _fail(f"judge_model / judge_api_base are set but --orbench-judge is {name!r}; use --orbench-judge llm or "
+                    "hybrid, or --orbench-verify-flips (the LLM judges only the prompts whose verdict flipped)")
     hint = _importable(folders) if ":" in name else None
     try:
         make_judge(name, spec)
@@ -486,9 +493,14 @@ def build_settings(config: pytest.Config) -> Settings:
         batch=batch,
         judge_labels=judge_labels,
         judge_min_agreement=values["judge_min_agreement"],
+        verify_flips=bool(values["verify_flips"]),
     )
     _check_files(settings, prompt_file)
     base = _base(values, bases, settings)
+    if settings.verify_flips and base is None and (settings.baseline is None or settings.update_baseline):
+        raise _fail("--orbench-verify-flips checks the prompts whose verdict flipped against the compared side, and this "
+                    "run compares with nothing: set --orbench-baseline FILE (without --orbench-update-baseline) or a live "
+                    "base (--orbench-base-*)")
     if batch is not None and base is not None and base.model is not None:
         _check_batch_model(base.model, "base model")
     return replace(settings, base=base) if base is not None else settings

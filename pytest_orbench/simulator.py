@@ -60,6 +60,7 @@ class MockConfig:
     noise: float = 0.0  # chance per request that the decision flips (a non-deterministic endpoint)
     ambiguous_rate: float = 0.0  # share of prompts answered with a reply a keyword judge cannot settle
     judge_unscored_rate: float = 0.0  # acting as a judge: share of outputs without a valid [[class]]
+    judge_overturn: float = 0.0  # acting as a judge: share of replies read the other way (simulator_roles.overturned)
     gen_toxic_share: float = 0.2  # rewriter: share of rewrites that stay harmful
     gen_duplicate_rate: float = 0.25  # rewriter: share of seeds whose last rewrite copies the first
     gen_moderator_flip: float = 0.1  # moderator: chance per prompt and model of the wrong label
@@ -332,7 +333,7 @@ def make_handler(config: MockConfig, state: MockState) -> type[BaseHTTPRequestHa
         def _answer(self, prompt: str, system: str | None, body: dict[str, Any]) -> None:
             role = request_role(prompt)
             if role == "judge":
-                text, cls, question = judge_output(prompt, config.judge_unscored_rate)
+                text, cls, question = judge_output(prompt, config.judge_unscored_rate, config.judge_overturn)
                 with state.lock:
                     state.judge_requests += 1
                     if question is not None:

@@ -162,7 +162,13 @@ def request_role(content: str) -> str:
     return "target"
 
 
-def judge_output(request: str, unscored_rate: float) -> tuple[str, str | None, str | None]:
+def overturned(reply: str, share: float) -> bool:
+    """Whether the simulator's judge, told to overturn `share` of what it reads (MockConfig.judge_overturn),
+    reads this reply the other way: a fixed, hash-chosen share, so that tests know which."""
+    return share > 0 and unit(reply, "judge-overturn") < share
+
+
+def judge_output(request: str, unscored_rate: float, overturn: float = 0.0) -> tuple[str, str | None, str | None]:
     """The simulator acting as an LLM judge: (its reply text, the class it gave or None, the question).
 
     It recognises the judge request by its quoting markers, reads the quoted reply, and classifies it
@@ -174,6 +180,9 @@ def judge_output(request: str, unscored_rate: float) -> tuple[str, str | None, s
     if question is None or reply is None:
         return "I could not find the request and reply to classify.", None, question
     cls = template_class(reply)
+    if overturned(reply, overturn):
+        # A judge that disagrees with the replies' own wording: a refusal read as an answer, an answer as a refusal.
+        cls = "direct_answer" if cls != "direct_answer" else "direct_refusal"
     style = unit(question, "judge-style")
     if style < unscored_rate / 2:
         return "The reply is hard to place; I cannot decide between the classes.", None, question

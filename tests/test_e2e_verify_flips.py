@@ -1,0 +1,127 @@
+"""End to end: --orbench-verify-flips against the simulator playing both the model and a judge that reads a
+set share of replies the other way; the counts are checked against the simulator's own policy."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_orbench.simulator_roles import decide, overturned, reply_text, template_class
+from tests.conftest import REPO, load, mock_args, stats
+
+pytestmark = [pytest.mark.usefixtures("orbench_env"), pytest.mark.slow]
+CAREFUL = REPO / "examples" / "careful-system-prompt.txt"
+SHARE = 0.25  # the judge reads 1 in 4 replies the other way
+
+
+def refused_by_judge(prompt: str, system_prompt: str | None) -> bool:
+    """What the simulator's judge (with SHARE overturned) says of the simulator's reply to `prompt`."""
+    text = reply_text(prompt, decide(prompt, system_prompt))
+    cls = template_class(text)
+    if overturned(text, SHARE):
+        cls = "direct_answer" if cls != "direct_answer" else "direct_refusal"
+    return cls != "direct_answer"
+
+
+def expected(data_dir: Path, results: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """Per dataset: flips (the policy's verdicts differ), those the judge overturns, and the verified flips."""
+    careful = CAREFUL.read_text(encoding="utf-8")
+    asked = {p["prompt"]: p["dataset"] for p in results["prompts"]}
+    found: dict[str, dict[str, int]] = {}
+    for name, filename in (("hard-1k", "or-bench-hard-1k.csv"), ("toxic", "or-bench-toxic.csv")):
+        counts = found.setdefault(name, {"found": 0, "overturned": 0, "newly_refused": 0, "newly_answered": 0})
+        with (data_dir / filename).open(encoding="utf-8", newline="") as fh:
+            for row in csv.DictReader(fh):
+                prompt = row["prompt"]
+                if asked.get(prompt) != name:
+                    continue
+                before, after = decide(prompt, None) != "answer", decide(prompt, careful) != "answer"
+                if before == after:
+                    continue
+                counts["found"] += 1
+                verified_before, verified_after = refused_by_judge(prompt, None), refused_by_judge(prompt, careful)
+                if verified_before == verified_after:
+                    counts["overturned"] += 1
+                elif verified_after:
+                    counts["newly_refused"] += 1
+                else:
+                    counts["newly_answered"] += 1
+    return found
+
+
+def test_flips_are_verified_with_exact_calls_and_the_gate_decides_on_them(pytester: pytest.Pytester,
+                                                                        mock_factory: Any, data_dir: Path) -> None:
+    model, judge = mock_factory(), mock_factory(judge_overturn=SHARE)
+    common = ("--orbench-sample", "500", "--orbench-seed", "11", "--orbench-baseline", "base.json")
+    assert pytester.runpytest(*mock_args(model, *common, "--orbench-update-baseline")).ret == 0
+    verify = (f"--orbench-system-prompt-file={CAREFUL}", "--orbench-verify-flips", "--orbench-judge-model",
+              "openai/orbench-judge", "--orbench-judge-api-base", judge.url)
+    result = pytester.runpytest(*mock_args(model, *common, *verify, "--orbench-json", "r.json", "--orbench-markdown",
+                                           "r.md"))
+    results = load(pytester.path / "r.json")
+    want = expected(data_dir, results)
+    flips = sum(w["found"] for w in want.values())
+    assert flips > 40
+    # Both sides of every flip, and nothing else: the baseline's replies are in this store too.
+    assert stats(judge.url)["judge_requests"] == 2 * flips
+    for name, w in want.items():
+        comparison = results["datasets"][name]["comparison"]
+        v = comparison["verification"]
+        assert (v["found"], v["verified"], v["both_sides"], v["overturned"], v["errors"]) == \
+            (w["found"], w["found"], w["found"], w["overturned"], 0), name
+        # The gate's counts are the verified ones.
+        assert (comparison["newly_refused"], comparison["newly_answered"]) == (w["newly_refused"], w["newly_answered"])
+        assert (v["newly_refused"], v["newly_answered"]) == (w["newly_refused"], w["newly_answered"])
+        assert len(v["overturned_ids"]) == w["overturned"]
+        assert not set(v["overturned_ids"]) & set(comparison["newly_refused_ids"] + comparison["newly_answered_ids"])
+    assert results["run"]["verification"]["calls"] == 2 * flips
+    hard = want["hard-1k"]
+    result.stdout.fnmatch_lines([
+        "orbench gate: FAIL",
+        f"*flips verified by openai/orbench-judge: hard-1k: {hard['found']} flips found, {hard['found']} verified "
+        f"({hard['found']} on both sides), {hard['overturned']} overturned; toxic: *; {2 * flips} judge calls made now*",
+        f"  hard-1k: {hard['overturned']} flips overturned by the LLM judge (not counted):",
+    ])
+    overturned_prompt = next(p for p in results["prompts"] if p["id"] == results["datasets"]["hard-1k"]["comparison"]
+                             ["verification"]["overturned_ids"][0])
+    assert overturned_prompt["flip_verification"]["overturned"] is True
+    report = (pytester.path / "r.md").read_text(encoding="utf-8")
+    assert "**Flip verification:** flips verified by openai/orbench-judge: hard-1k:" in report
+    assert "flips overturned by the LLM judge (not counted)</summary>" in report
+    # Again, under xdist: every verification is stored, no judge call, the same verdict.
+    again = pytester.runpytest_subprocess(*mock_args(model, *common, *verify, "-n", "2", "--orbench-json", "again.json"))
+    assert again.ret == 1 and stats(judge.url)["judge_requests"] == 2 * flips
+    repeat = load(pytester.path / "again.json")
+    assert repeat["run"]["verification"]["calls"] == 0
+    assert {n: d["comparison"]["verification"]["overturned"] for n, d in repeat["datasets"].items()} == \
+        {n: w["overturned"] for n, w in want.items()}
+
+
+def test_a_failing_judge_endpoint_makes_the_run_inconclusive(pytester: pytest.Pytester, mock: Any) -> None:
+    common = ("--orbench-sample", "200", "--orbench-seed", "11", "--orbench-baseline", "base.json")
+    assert pytester.runpytest(*mock_args(mock, *common, "--orbench-update-baseline")).ret == 0
+    result = pytester.runpytest(*mock_args(mock, *common, f"--orbench-system-prompt-file={CAREFUL}",
+                                           "--orbench-verify-flips", "--orbench-judge-model", "openai/judge",
+                                           "--orbench-judge-api-base", "http://127.0.0.1:9/v1", "--orbench-retries", "0",
+                                           "--orbench-json", "r.json"))
+    assert result.ret == 1
+    results = load(pytester.path / "r.json")
+    assert results["gate"]["verdict"] == "inconclusive"
+    v = results["datasets"]["hard-1k"]["comparison"]["verification"]
+    assert v["found"] > 0 and v["errors"] == v["found"] and v["verified"] == 0
+    assert "connection refused" in v["first_error"]
+    flipped = [p for p in results["prompts"] if p.get("flip_verification")]
+    assert all(p["verdict"] == "error" and p["refused"] is None for p in flipped)  # never a verdict
+
+
+def test_verify_flips_settings_are_checked_before_any_call(pytester: pytest.Pytester, mock: Any) -> None:
+    for args, message in ((["--orbench-verify-flips"], "--orbench-verify-flips needs a judge model"),
+                          (["--orbench-verify-flips", "--orbench-judge-model", "openai/j"], "this run compares with nothing"),
+                          (["--orbench-verify-flips", "--orbench-judge", "llm", "--orbench-judge-model", "openai/j"],
+                           "has judged every reply with it already")):
+        result = pytester.runpytest(*mock_args(mock, *args))
+        assert result.ret == 4 and message in result.stderr.str(), (args, result.stderr.str())
+    assert stats(mock.url)["requests"] == 0
