@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pytest_orbench.labels import Label, labelled, labels_digest
 from pytest_orbench.refusal_model import RefusalModel
@@ -19,7 +20,7 @@ from pytest_orbench.refusal_model import RefusalModel
 # The pull towards the shipped weights: an L2 penalty (STRENGTH / 2) * |theta - theta_shipped|^2 beside the
 # labels' log-loss. Chosen on the dev data (scripts/adaptation_study.py): the strength whose adapted judge
 # gained most on the held-out replies of a source, over k = 25..200 labels and every source.
-STRENGTH = 2.0
+STRENGTH = 0.5
 CV_FOLDS = 10
 NEWTON_STEPS = 25
 
@@ -56,6 +57,12 @@ def fit(base: RefusalModel, examples: Sequence[Example], strength: float = STREN
     prior = np.array([base.intercept] + [base.weights.get(f, 0.0) for f in vocabulary])
     theta = prior.copy()
     s = float(strength)
+
+    def objective(t: Any) -> float:
+        z = x @ t
+        return float(np.sum(np.logaddexp(0.0, z) - y * z) + 0.5 * s * np.sum((t - prior) ** 2))
+
+    current = objective(theta)
     for _ in range(NEWTON_STEPS):
         z = x @ theta
         p = 1.0 / (1.0 + np.exp(-np.clip(z, -700, 700)))
@@ -64,8 +71,16 @@ def fit(base: RefusalModel, examples: Sequence[Example], strength: float = STREN
         scaled = x * d[:, None]  # S = D^(1/2) X
         inner = s * np.eye(len(examples)) + scaled @ scaled.T
         step = (gradient - scaled.T @ np.linalg.solve(inner, scaled @ gradient)) / s
-        theta -= step
-        if float(np.max(np.abs(step))) < 1e-9:
+        # Newton's step can overshoot on a logistic loss far from its minimum: halve it until the objective falls.
+        scale = 1.0
+        while scale > 1e-4:
+            candidate = theta - scale * step
+            value = objective(candidate)
+            if value <= current:
+                break
+            scale /= 2
+        theta, moved, current = candidate, scale * float(np.max(np.abs(step))), value
+        if moved < 1e-9:
             break
     weights = dict(base.weights)
     weights.update({f: float(theta[index[f]]) for f in vocabulary})
