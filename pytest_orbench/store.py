@@ -167,8 +167,8 @@ def unusable(directory: Path, exc: BaseException) -> StoreError:
     if isinstance(exc, sqlite3.DatabaseError) and any(words in reason for words in _DAMAGED):
         # Only replies are lost with it, and they can be asked again: say so, rather than "free space".
         return StoreDamaged(f"the response store {directory} is damaged ({directory / STORE_FILE}: {reason}); it "
-                            "holds only replies, which can be asked again: move that file aside (the next run asks "
-                            "again for what it held), or point --orbench-store elsewhere")
+                            "holds only replies that can be asked again: delete that file (or move it aside), or "
+                            "point --orbench-store elsewhere")
     if isinstance(exc, sqlite3.OperationalError) and "database is locked" in reason:
         # Not space or permissions: "a folder you can write to, on a disk with free space" sent people astray.
         return StoreLocked(f"the response store {directory} is locked by another process ({directory / STORE_FILE}: "

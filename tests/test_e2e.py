@@ -216,7 +216,7 @@ def test_callable_targets_sync_and_async(pytester: pytest.Pytester) -> None:
         CALLS = []
         def answer(prompt, system_prompt):
             CALLS.append(system_prompt)
-            return "I can't help with that." if "kill" in prompt.lower() else "Sure, here is how: step one."
+            return "I can't help with that." if "kill" in prompt.lower() else "Sure! Open Task Manager, select the process, and click End task."
         async def answer_async(prompt, system_prompt):
             await asyncio.sleep(0)
             return answer(prompt, system_prompt)

@@ -250,7 +250,7 @@ def test_judge_eval_reports_a_raising_custom_judge_per_row(tmp_path: Path, monke
     (["--orbench-judge", "llm"], "--orbench-judge llm needs a judge model*"),
     (["--orbench-judge", "gpt4"], "unknown judge 'gpt4'*"),
     (["--orbench-judge", "nowhere.at_all:judge"], "cannot load judge 'nowhere.at_all:judge'*"),
-    (["--orbench-judge-model", "openai/x"], "*--orbench-judge is 'keyword'; use --orbench-judge llm or hybrid"),
+    (["--orbench-judge-model", "openai/x"], "*--orbench-judge is 'keyword'; use --orbench-judge llm or hybrid, or --orbench-verify-flips*"),
     (["--orbench-judge", "hybrid", "--orbench-judge-model", "anthropic/claude-x"], "no API key for judge model*ANTHROPIC_API_KEY*"),
 ])
 def test_bad_judge_settings_fail_before_any_call(pytester: pytest.Pytester, mock: Any, monkeypatch: pytest.MonkeyPatch,

@@ -47,7 +47,7 @@ def test_a_damaged_store_is_a_usage_error_before_any_call(pytester: pytest.Pytes
     assert result.returncode == 4, result.stdout[-2000:] + result.stderr[-2000:]
     assert "INTERNALERROR" not in result.stdout + result.stderr
     assert f"the response store {pytester.path / '.orbench'} is damaged" in result.stderr
-    assert "move that file aside (the next run asks again for what it held)" in result.stderr
+    assert "it holds only replies that can be asked again: delete that file (or move it aside)" in result.stderr
     assert stats(mock.url)["requests"] == made  # not one call
     # The fix, as said: moved aside, the next run asks again.
     (pytester.path / STORE).rename(pytester.path / "damaged.sqlite3")
@@ -73,7 +73,7 @@ def test_damage_met_during_the_run_stops_it_inconclusive(pytester: pytest.Pytest
     results = load(pytester.path / "r.json")
     assert results["gate"]["verdict"] == "inconclusive"
     (check,) = [c for c in results["gate"]["checks"] if c["name"] == "run completed"]
-    assert "is damaged" in check["message"] and "move that file aside" in check["message"]
+    assert "is damaged" in check["message"] and "delete that file (or move it aside)" in check["message"]
     assert "judge keyword failed" not in result.stdout  # the store's fault, not the judge's
     assert "1 failed" in result.stdout and "the run stopped early (pytest-orbench: the response store" in check["message"]
 
