@@ -4,6 +4,7 @@ anything is installed."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from action.github import GitHub, GitHubError
@@ -32,6 +33,30 @@ def verdict_body(results: ResultsDocument, config_id: str, why: str) -> str:
 
     head = marker(config_id) + "\n"
     return head + minimal_markdown(results, 4000 - len(head), why)
+
+
+UPDATING = "<!-- pytest-orbench updating -->"
+
+
+def provenance(head_sha: str, run_url: str, when: datetime | None = None) -> str:
+    """Which commit and which run a comment's verdict is for, and when: a reviewer tells a stale comment."""
+    when = when or datetime.now(UTC)
+    commit = f"commit `{head_sha[:12]}`" if head_sha else "this commit"
+    run = f" in [workflow run {run_url.rstrip('/').split('/runs/')[-1].split('/')[0]}]({run_url})" if run_url else ""
+    return f"<sub>Judged {commit}{run}, {when:%Y-%m-%d %H:%M} UTC.</sub>"
+
+
+def mark_updating(body: str, head_sha: str, run_url: str, when: datetime | None = None) -> str:
+    """The comment's body with a banner on top: a new run has started (for a newer commit, perhaps), so the
+    verdict below may no longer hold. The final update replaces the whole body, banner and all."""
+    when = when or datetime.now(UTC)
+    lines = body.split("\n")
+    head, rest = lines[0], [line for line in lines[1:] if UPDATING not in line]
+    commit = f"commit `{head_sha[:12]}`" if head_sha else "a new commit"
+    run = f" ([workflow run]({run_url}))" if run_url else ""
+    banner = (f"> ⏳ **Updating:** a run for {commit} started {when:%Y-%m-%d %H:%M} UTC{run}; the verdict below is "
+              f"from an earlier run and may no longer hold. {UPDATING}")
+    return "\n".join([head, banner, *rest])
 
 
 def notice_body(config_id: str, text: str) -> str:
@@ -83,7 +108,7 @@ def shared_with_sibling(existing: dict[str, Any] | None, run: str, use: str) -> 
 
 
 def upsert(github: GitHub, number: int, results: ResultsDocument | None, config_id: str, mode: str,
-           notice: str = "no results", run: str = "", use: str = "") -> tuple[str, str | None]:
+           notice: str = "no results", run: str = "", use: str = "", stamp: str = "") -> tuple[str, str | None]:
     """('created' | 'updated' | 'shared' | 'skipped', comment URL). Raises GitHubError when GitHub refuses.
     Without results, the comment says `notice` (and replaces whatever verdict it showed before).
     `run` (run id and attempt) and `use` (this use of the action) tell a sibling job's comment from an
@@ -99,7 +124,8 @@ def upsert(github: GitHub, number: int, results: ResultsDocument | None, config_
     refused: str | None = None  # why GitHub refused the full report: then the verdict alone is posted
     while True:
         # (each time: an edit that finds the comment deleted posts this use's own, without the shared note)
-        tail = (f"\n{SHARED}\n" if shared else "") + (f"\n{use_marker(run, use)}\n" if run else "")
+        tail = (f"\n{SHARED}\n" if shared else "") + (f"\n{stamp}\n" if stamp else "") + \
+            (f"\n{use_marker(run, use)}\n" if run else "")
         if results is None:
             body = notice_body(config_id, notice) + tail
         elif refused is not None:

@@ -15,7 +15,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from action.comment import notice_summary, upsert  # noqa: E402
+from action.comment import notice_summary, provenance, upsert  # noqa: E402
 from action.github import GitHub, GitHubError  # noqa: E402
 from action.settings import ActionSettingsError, from_env  # noqa: E402
 
@@ -44,7 +44,8 @@ def main() -> int:
     github = GitHub(settings.api_url, settings.token, settings.repository)
     try:
         action, url = upsert(github, settings.pr_number, None, settings.config_id, settings.comment, NOTICE,
-                             run=settings.run, use=settings.results_path.parent.name)
+                             run=settings.run, use=settings.results_path.parent.name,
+                             stamp=provenance(settings.head_sha, settings.run_url))
     except GitHubError as exc:
         print(f"::warning title=pytest-orbench::could not mark the PR comment inconclusive ({exc})", file=sys.stderr)
         return 1

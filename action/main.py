@@ -11,7 +11,7 @@ from typing import Any
 
 import github_action_utils as gha
 
-from action.comment import build_body, notice_summary, upsert
+from action.comment import build_body, notice_summary, provenance, upsert
 from action.github import GitHub, GitHubError
 from action.settings import RUN_ERROR, RUN_STDERR, ActionSettings, ActionSettingsError, from_env
 from pytest_orbench.client import scrub
@@ -147,7 +147,8 @@ def _comment(settings: ActionSettings, github_factory: Callable[[ActionSettings]
     github = (github_factory or (lambda s: GitHub(s.api_url, s.token, s.repository)))(settings)
     try:
         action, url = upsert(github, settings.pr_number, results, settings.config_id, settings.comment, notice,
-                             run=settings.run, use=settings.results_path.parent.name)
+                             run=settings.run, use=settings.results_path.parent.name,
+                             stamp=provenance(settings.head_sha, settings.run_url))
     except GitHubError as exc:
         # No failure to comment turns a passing check red: the gate decides. The fork hint only where
         # a fork's read-only token is the cause, not for an outage or a rate limit.

@@ -37,6 +37,23 @@ class ActionSettings:
     token: str | None = field(default=None, repr=False)
     run_failure: str | None = None  # why the Run step stopped before pytest (RUN_FAILURES), if it did
     run: str = ""  # the workflow run id and attempt: tells a sibling matrix job's comment from an earlier push's
+    head_sha: str = ""  # the commit this job judges: the pull request's head
+    run_url: str = ""  # the workflow run (its attempt), on GitHub
+
+
+def head_sha(event: Mapping[str, Any], env: Mapping[str, str]) -> str:
+    """The commit judged: the pull request's head (GITHUB_SHA is the test merge commit there), else GITHUB_SHA."""
+    sha = str(((event.get("pull_request") or {}).get("head") or {}).get("sha") or env.get("GITHUB_SHA") or "")
+    return sha if len(sha) in (40, 64) and all(c in "0123456789abcdef" for c in sha.lower()) else ""
+
+
+def run_url(env: Mapping[str, str]) -> str:
+    run_id, repository = env.get("GITHUB_RUN_ID", ""), env.get("GITHUB_REPOSITORY", "")
+    if not run_id.isdigit() or repository.count("/") != 1:
+        return ""
+    server = env.get("GITHUB_SERVER_URL", "https://github.com").rstrip("/")
+    attempt = env.get("GITHUB_RUN_ATTEMPT", "1")
+    return f"{server}/{repository}/actions/runs/{run_id}" + (f"/attempts/{attempt}" if attempt.isdigit() and attempt != "1" else "")
 
 
 def _bool(name: str, value: str) -> bool:
@@ -151,6 +168,8 @@ def from_env(env: Mapping[str, str] = os.environ) -> ActionSettings:
         token=env.get("GITHUB_TOKEN") or None,
         run_failure=RUN_FAILURES.get(exit_code),
         run=f"{env['GITHUB_RUN_ID']}.{env.get('GITHUB_RUN_ATTEMPT', '1')}" if env.get("GITHUB_RUN_ID") else "",
+        head_sha=head_sha(event, env),
+        run_url=run_url(env),
     )
 
 

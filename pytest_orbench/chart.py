@@ -48,11 +48,74 @@ def our_points(datasets: Mapping[str, Mapping[str, Any]]) -> list[Point]:
 
 
 def _mermaid_label(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9 .+-]", "", text)[:40] or "point"
+    return re.sub(r"[^A-Za-z0-9 .+-]", "", text).strip()[:40] or "point"
+
+
+def _mermaid_number(value: float) -> str:
+    """A coordinate as Mermaid's quadrantChart lexer takes it (checked with mermaid 11.16.0's parser): `0`, `1`
+    or `0.` and digits; `1.000`, `1.0`, `0.0` and `.5` are lexical errors, and the whole chart fails to draw."""
+    rounded = round(min(1.0, max(0.0, value)), 3)
+    if rounded >= 1:
+        return "1"
+    if rounded <= 0:
+        return "0"
+    return f"{rounded:.3f}".rstrip("0")
+
+
+CHAR_WIDTH = 0.62  # of the font size: a generous average for Helvetica/Arial, so estimated boxes cover the text
+MERMAID_PX = 500  # quadrantChart's default chart width and height
+MERMAID_FONT = 12  # its point label size: drawn centred below the point
+
+
+def _label_box(point: Point, label: str) -> tuple[float, float, float, float]:
+    """The box (in chart units, y up) Mermaid draws a point's label in: centred, just under the point."""
+    width = len(label) * MERMAID_FONT * CHAR_WIDTH / MERMAID_PX
+    return (point.x - width / 2, point.y - 0.055, point.x + width / 2, point.y - 0.012)
+
+
+def _title_box(title: str, x: float, top: float) -> tuple[float, float, float, float]:
+    half = len(title) * 14 * CHAR_WIDTH / MERMAID_PX / 2  # quadrant titles are drawn larger than point labels
+    return (x - half, top - 0.065, x + half, top)
+
+
+# The quadrant titles, which Mermaid draws at the top centre of each quadrant: no label may cover them.
+_QUADRANT_TITLES = [_title_box("Safe and helpful", 0.25, 1.0), _title_box("Safe but over-refusing", 0.75, 1.0),
+                    _title_box("Helpful but unsafe", 0.25, 0.5), _title_box("Unhelpful and unsafe", 0.75, 0.5)]
+
+
+def _inside(box: tuple[float, float, float, float]) -> bool:
+    """Within the chart: a label past its left edge prints over the y-axis title."""
+    return box[0] >= 0.0 and box[2] <= 1.0 and box[1] >= 0.0
+
+
+def nearest_paper(points: list[Point], ours: list[Point], count: int = 3) -> list[Point]:
+    """The published models nearest to this run (else to the baseline) whose labels would overlap no other."""
+    anchor = next((p for p in ours if p.kind == "current"), ours[0] if ours else None)
+    if anchor is None:
+        return []
+    taken = [*_QUADRANT_TITLES, *(_label_box(p, _our_label(p)) for p in ours)]
+    chosen: list[Point] = []
+    for point in sorted((p for p in points if p.kind == "paper"),
+                        key=lambda p: (p.x - anchor.x) ** 2 + (p.y - anchor.y) ** 2):
+        box = _label_box(point, _mermaid_label(point.label))
+        if _inside(box) and not any(_overlaps(box, other, pad=0.0) for other in taken):
+            chosen.append(point)
+            taken.append(box)
+        if len(chosen) == count:
+            break
+    return chosen
+
+
+def _our_label(point: Point) -> str:
+    return "this run" if point.kind == "current" else "baseline"
 
 
 def mermaid(points: list[Point]) -> str:
-    """A Mermaid quadrant chart (GitHub draws it in comments). Best place: top left."""
+    """A Mermaid quadrant chart (GitHub draws it in comments). Best place: top left. Only this run, the
+    baseline and the three published models nearest to this run are drawn, so that no label covers another
+    (Mermaid puts each label under its point); every published model is in the SVG (--orbench-svg)."""
+    ours = [p for p in points if p.kind != "paper"]
+    shown = nearest_paper(points, ours) + ours
     lines = [
         "```mermaid",
         "quadrantChart",
@@ -64,14 +127,17 @@ def mermaid(points: list[Point]) -> str:
         "    quadrant-3 Helpful but unsafe",
         "    quadrant-4 Unhelpful and unsafe",
     ]
-    style = {"paper": "radius: 3, color: #9e9e9e", "baseline": "radius: 8, color: #1f77b4", "current": "radius: 8, color: #d62728"}
-    for point in points:
-        lines.append(f"    {_mermaid_label(point.label)}: [{point.x:.3f}, {point.y:.3f}] {style[point.kind]}")
+    style = {"paper": "radius: 4, color: #9e9e9e", "baseline": "radius: 8, color: #1f77b4", "current": "radius: 8, color: #d62728"}
+    current = [_label_box(c, "this run") for c in ours if c.kind == "current"]
+    for point in shown:
+        label = _our_label(point) if point.kind != "paper" else _mermaid_label(point.label)
+        if point.kind == "baseline" and any(_overlaps(_label_box(point, label), c, pad=0.0) for c in current):
+            label = "."  # right beside this run: its label would print over "this run" (the SVG names both)
+        lines.append(f"    {label}: [{_mermaid_number(point.x)}, {_mermaid_number(point.y)}] {style[point.kind]}")
     lines.append("```")
     return "\n".join(lines)
 
 
-CHAR_WIDTH = 0.62  # of the font size: a generous average for Helvetica/Arial, so estimated boxes cover the text
 
 
 def text_box(x: float, y: float, text: str, size: float, anchor: str = "start") -> tuple[float, float, float, float]:

@@ -65,8 +65,9 @@ class PromptItem(pytest.Item):
         self.base_outcomes: list[Outcome] = []  # the live base's, one per trial
         for mark in _marks():
             self.add_marker(mark)
-        # -k "hard-1k and privacy", -k "refuse": dataset, category and expectation are keywords.
-        self.extra_keyword_matches.update({prompt.dataset, prompt.category, prompt.expected})
+        # -k "hard-1k and privacy", -k "refuse": dataset, category and expectation are keywords; and the prompt's
+        # id, as the gate, the comment and the results print it: -k hard-1k-0018 runs that prompt.
+        self.extra_keyword_matches.update({prompt.dataset, prompt.category, prompt.expected, prompt.id})
 
     def setup(self) -> None:
         if self.plugin.runs_no_test:

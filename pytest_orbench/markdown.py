@@ -14,7 +14,7 @@ from typing import Any, cast
 
 from pytest_orbench.chart import mermaid, our_points, paper_points
 from pytest_orbench.records import NOT_REQUESTED, ResultsDocument, RunMeta, against_live_base
-from pytest_orbench.report import P_EXPLAINED, drift_lines, error_shown, pct, pp, verification_summary
+from pytest_orbench.report import P_EXPLAINED, drift_lines, error_shown, pct, pp, rerun_command, verification_summary
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#!|~])")
 ICON = {"pass": "✅", "fail": "❌", "inconclusive": "⚠️", "ungated": "⚪"}
@@ -246,6 +246,9 @@ def _prompt_list(results: ResultsDocument, name: str, ids: list[str], what: str,
         lines.append(item)
     if len(shown) < len(ids):
         lines.append(f"- … and {len(ids) - len(shown)} more (see the results JSON)")
+    command = rerun_command(ids) if limit != 0 else None
+    if command:
+        lines += ["", f"Re-run them: {md_code(command, 2000)}"]
     lines += ["", "</details>"]
     return lines
 

@@ -365,8 +365,25 @@ def gate_lines(results: ResultsDocument, newly_limit: int = 20) -> list[str]:
             lines.append(f"    {term_safe(prompt_id, 80)} [{term_safe(str(prompt.get('category', '')), 30)}]{text}")
         if len(worse_ids) > newly_limit:
             lines.append(f"    ... and {len(worse_ids) - newly_limit} more (see the results JSON)")
+        command = rerun_command(worse_ids)
+        if command:
+            lines.append(f"    re-run them: {command}")
     lines += verification_lines(results, newly_limit)
     return lines
+
+
+_PLAIN_ID = re.compile(r"[\w.+-]+")
+
+
+def rerun_command(ids: list[str], limit: int = 20) -> str | None:
+    """The command that runs these prompts again (their ids select their tests with -k): the first `limit`;
+    ids with characters a -k expression would read otherwise are left out."""
+    plain = [i for i in ids if _PLAIN_ID.fullmatch(i)][:limit]
+    if not plain:
+        return None
+    more = f"  (the first {limit} of {len(ids)})" if len(ids) > limit else ""
+    return f'pytest --orbench-only -k "{" or ".join(plain)}"{more}'
+
 
 
 def verification_summary(results: ResultsDocument) -> str | None:

@@ -36,6 +36,7 @@ from pytest_orbench.report import (
     results_document,
     served_versions,
     summarize,
+    term_safe,
     terminal_lines,
     xfail_line,
 )
@@ -400,11 +401,24 @@ class RunResults:
             for line in lines:
                 terminalreporter.write_line(line, green=verdict == "pass", red=verdict in BLOCKING,
                                             yellow=verdict == "ungated", bold=line is lines[0])
+            if verdict in BLOCKING:
+                self._count_the_gate(terminalreporter, verdict)
         if self.forgiven_errors:
             terminalreporter.write_line(
                 f"{self.forgiven_errors} endpoint errors are within the error budget "
                 f"({100 * self.settings.gate.error_budget:.1f}%): the gate passed, so the run does not fail"
             )
+
+    def _count_the_gate(self, terminalreporter: Any, verdict: str) -> None:
+        """A failed or inconclusive gate as one failed test, "orbench gate": pytest's last line then counts it and
+        is red (it was a green "1189 passed, 785 xfailed" above an exit status of 1), with -q, -qq and under xdist,
+        and the short summary names why. Nothing else sees it: the results, JUnit and the exit status are the gate's."""
+        assert self.results is not None
+        why = "; ".join(f"{c['outcome'].upper()}: {c['name']}" for c in self.results["gate"]["checks"]
+                        if c["outcome"] != "pass") or verdict.upper()
+        report = pytest.TestReport(nodeid="orbench gate", location=("orbench", None, "orbench gate"), keywords={},
+                                   outcome="failed", longrepr=term_safe(why, 300), when="call")
+        terminalreporter.stats.setdefault("failed", []).append(report)
 
 
 def _endpoint_error(record: Mapping[str, Any]) -> int:

@@ -260,9 +260,9 @@ class OrbenchPlugin:
         """Keep the prompt tests named by node ids on the command line (a dataset, or one prompt), and your
         own tests collected from the paths named beside them."""
         def chosen(item: pytest.Item) -> bool:
-            return not isinstance(item, PromptItem) or any(_names(s, item.nodeid) for s in self.selected)
+            return not isinstance(item, PromptItem) or any(_names(s, item) for s in self.selected)
 
-        unmatched = [s for s in self.selected if not any(_names(s, i.nodeid) for i in items if isinstance(i, PromptItem))]
+        unmatched = [s for s in self.selected if not any(_names(s, i) for i in items if isinstance(i, PromptItem))]
         if unmatched:
             names = ", ".join(d.name for d in self.datasets)
             raise pytest.UsageError(f"pytest-orbench: {unmatched[0]}: no such prompt test in this run (datasets: {names}); "
@@ -601,9 +601,12 @@ class OrbenchPlugin:
             "base_usage": costs["usage"]})
 
 
-def _names(selected: str, nodeid: str) -> bool:
-    """A node id given as an argument names this prompt test: it is its id, or its dataset's."""
-    return nodeid == selected or nodeid.startswith(selected.rstrip("/") + "::")
+def _names(selected: str, item: PromptItem) -> bool:
+    """A node id given as an argument names this prompt test: it is its id, its dataset's, or its dataset's with
+    the prompt's own id (`orbench/hard-1k::hard-1k-0018`, the id the gate, the comment and the results print)."""
+    nodeid = item.nodeid
+    by_prompt = f"{nodeid.split('::', 1)[0]}::{item.prompt.id}"
+    return selected in (nodeid, by_prompt) or nodeid.startswith(selected.rstrip("/") + "::")
 
 
 def _unusable_store(exc: StoreError) -> str:

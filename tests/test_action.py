@@ -606,3 +606,49 @@ def test_four_hundred_datasets_fit_with_the_failed_ones_shown_first() -> None:
     body = render_markdown_within(results, 20000)
     assert len(body) <= 20000 and "❌ **fail**" in body and "| hard-1k |" in body
     assert "more datasets (those with a failed or inconclusive check are shown first), left out to fit" in body
+
+
+def test_the_comment_names_its_commit_and_run_and_is_marked_updating_when_a_job_starts(
+        env: dict[str, str], github: FakeGitHub, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from action.mark_updating import main as mark_updating
+
+    head = "1234567890abcdef1234567890abcdef12345678"
+    Path(env["GITHUB_EVENT_PATH"]).write_text(json.dumps({"pull_request": {"number": 7, "head": {"sha": head}}}))
+    monkeypatch.setenv("GITHUB_SHA", "f" * 40)  # the test merge commit: not what the reviewer pushed
+    monkeypatch.setenv("GITHUB_RUN_ID", "4242")
+    monkeypatch.setenv("GITHUB_REPOSITORY", github.repository)
+    monkeypatch.setenv("GITHUB_SERVER_URL", "https://github.com")
+    write(env, unchanged())
+    assert main() == 0
+    (comment,) = github.comments.values()
+    assert "Judged commit `1234567890ab` in [workflow run 4242](https://github.com/acme/bot/actions/runs/4242), " \
+           in comment["body"] and "fffffff" not in comment["body"]
+    # The next push: its job starts, and the verdict on the pull request is marked as being updated.
+    newer = "abcdefabcdefabcdefabcdefabcdefabcdefabcd"
+    Path(env["GITHUB_EVENT_PATH"]).write_text(json.dumps({"pull_request": {"number": 7, "head": {"sha": newer}}}))
+    monkeypatch.setenv("GITHUB_RUN_ID", "4243")
+    monkeypatch.setenv("GITHUB_RUN_ATTEMPT", "2")
+    assert mark_updating() == 0
+    (marked,) = github.comments.values()
+    assert marked["body"].startswith(comment["body"].split("\n")[0] + "\n> ⏳ **Updating:** a run for commit "
+                                     "`abcdefabcdef` started ")
+    assert "(https://github.com/acme/bot/actions/runs/4243/attempts/2)" in marked["body"]
+    assert "✅ **pass**" in marked["body"]  # the earlier verdict is still there, marked
+    assert mark_updating() == 0 and github.comments[marked["id"]]["body"].count("**Updating:**") == 1
+    # The job ends: its own verdict replaces everything, banner included.
+    write(env, regressed())
+    assert main() == 1
+    final = github.comments[marked["id"]]["body"]
+    assert "**Updating:**" not in final and "❌ **fail**" in final and "commit `abcdefabcdef`" in final
+
+
+def test_marking_a_comment_never_fails_the_job(env: dict[str, str], github: FakeGitHub,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from action.mark_updating import main as mark_updating
+
+    assert mark_updating() == 0 and not github.comments  # no comment yet: nothing to mark, nothing created
+    write(env, unchanged())
+    assert main() == 0
+    github.fail_next(10, 403, {"message": "Resource not accessible by integration"})
+    assert mark_updating() == 0
+    assert "could not mark the PR comment as updating" in capsys.readouterr().err

@@ -100,7 +100,7 @@ def test_strict_fails_each_newly_refused_prompt(pytester: pytest.Pytester, mock:
     asked = {p["prompt"] for p in load(pytester.path / "strict.json")["prompts"]}
     newly_refused, _ = flips(data_dir, "or-bench-hard-1k.csv", None, "Be careful.", asked)
     assert len(asked) == 400 and newly_refused > 10
-    assert strict.parseoutcomes()["failed"] == newly_refused
+    assert strict.parseoutcomes()["failed"] == newly_refused + 1  # and the gate, "orbench gate"
     strict.stdout.fnmatch_lines(["*--orbench-strict: newly refused (the baseline answered it)*"])
     strict.stdout.fnmatch_lines(["orbench: * mismatches (xfailed, or failed under --orbench-strict) = * over-refusals (hard-1k)"])
 
