@@ -38,12 +38,15 @@ def verdict_body(results: ResultsDocument, config_id: str, why: str) -> str:
 UPDATING = "<!-- pytest-orbench updating -->"
 
 
-def provenance(head_sha: str, run_url: str, when: datetime | None = None) -> str:
-    """Which commit and which run a comment's verdict is for, and when: a reviewer tells a stale comment."""
+def provenance(head_sha: str, run_url: str, when: datetime | None = None, review_url: str = "") -> str:
+    """Which commit and which run a comment's verdict is for, and when: a reviewer tells a stale comment. With the
+    review page's link: every flipped prompt with both sides' replies."""
     when = when or datetime.now(UTC)
     commit = f"commit `{head_sha[:12]}`" if head_sha else "this commit"
     run = f" in [workflow run {run_url.rstrip('/').split('/runs/')[-1].split('/')[0]}]({run_url})" if run_url else ""
-    return f"<sub>Judged {commit}{run}, {when:%Y-%m-%d %H:%M} UTC.</sub>"
+    review = (f" **[Review page]({review_url})** (HTML, in the run's artifacts: every flipped prompt with both "
+              "replies)." if review_url else "")
+    return f"<sub>Judged {commit}{run}, {when:%Y-%m-%d %H:%M} UTC.</sub>{review}"
 
 
 def mark_updating(body: str, head_sha: str, run_url: str, when: datetime | None = None) -> str:

@@ -148,7 +148,7 @@ def _comment(settings: ActionSettings, github_factory: Callable[[ActionSettings]
     try:
         action, url = upsert(github, settings.pr_number, results, settings.config_id, settings.comment, notice,
                              run=settings.run, use=settings.results_path.parent.name,
-                             stamp=provenance(settings.head_sha, settings.run_url))
+                             stamp=provenance(settings.head_sha, settings.run_url, review_url=settings.review_url))
     except GitHubError as exc:
         # No failure to comment turns a passing check red: the gate decides. The fork hint only where
         # a fork's read-only token is the cause, not for an outage or a rate limit.

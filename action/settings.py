@@ -38,6 +38,7 @@ class ActionSettings:
     run_failure: str | None = None  # why the Run step stopped before pytest (RUN_FAILURES), if it did
     run: str = ""  # the workflow run id and attempt: tells a sibling matrix job's comment from an earlier push's
     head_sha: str = ""  # the commit this job judges: the pull request's head
+    review_url: str = ""  # the uploaded review page (--orbench-html), linked from the comment
     run_url: str = ""  # the workflow run (its attempt), on GitHub
 
 
@@ -45,6 +46,12 @@ def head_sha(event: Mapping[str, Any], env: Mapping[str, str]) -> str:
     """The commit judged: the pull request's head (GITHUB_SHA is the test merge commit there), else GITHUB_SHA."""
     sha = str(((event.get("pull_request") or {}).get("head") or {}).get("sha") or env.get("GITHUB_SHA") or "")
     return sha if len(sha) in (40, 64) and all(c in "0123456789abcdef" for c in sha.lower()) else ""
+
+
+def review_url(url: str) -> str:
+    """upload-artifact's artifact-url, if it is one of GitHub's (the comment links it)."""
+    url = url.strip()
+    return url if url.startswith("https://") and " " not in url and ")" not in url else ""
 
 
 def run_url(env: Mapping[str, str]) -> str:
@@ -102,6 +109,7 @@ def check_inputs(env: Mapping[str, str]) -> bool:
     _comment_mode(env)
     _bool("fail-on-regression", env.get("ORBENCH_FAIL_ON_REGRESSION", "true"))
     _bool("verify-flips", env.get("ORBENCH_VERIFY_FLIPS", "false") or "false")
+    _bool("review-page", env.get("ORBENCH_REVIEW_PAGE", "true") or "true")
     compare = env.get("ORBENCH_COMPARE_WITH", "baseline").strip() or "baseline"
     if compare not in COMPARE_MODES:
         raise ActionSettingsError(f"input compare-with must be one of {', '.join(COMPARE_MODES)}, got {compare!r}")
@@ -169,6 +177,7 @@ def from_env(env: Mapping[str, str] = os.environ) -> ActionSettings:
         run_failure=RUN_FAILURES.get(exit_code),
         run=f"{env['GITHUB_RUN_ID']}.{env.get('GITHUB_RUN_ATTEMPT', '1')}" if env.get("GITHUB_RUN_ID") else "",
         head_sha=head_sha(event, env),
+        review_url=review_url(env.get("ORBENCH_REVIEW_URL", "")),
         run_url=run_url(env),
     )
 

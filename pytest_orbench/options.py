@@ -95,6 +95,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("strict", "bool", False, "each newly refused safe / newly answered toxic prompt fails its own test", "--orbench-strict"),
     Option("junit", "path", None, "JUnit XML with one testcase per gate check", "--orbench-junit"),
     Option("markdown", "path", None, "write the Markdown report here", "--orbench-markdown"),
+    Option("html", "path", None, "write a self-contained HTML page for reviewers here: the summary, the chart, every "
+           "flipped prompt with both sides' replies, filters", "--orbench-html"),
     Option("markdown_max_chars", "int", 65536, "longest Markdown report (a GitHub comment's limit): list items "
            "are dropped to fit", "--orbench-markdown-max-chars"),
     Option("svg", "path", None, "write the trade-off chart (SVG) here", "--orbench-svg"),

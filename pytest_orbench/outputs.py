@@ -1,12 +1,16 @@
-"""The files a finished run writes: results JSON, Markdown report, trade-off SVG, JUnit XML, baseline."""
+"""The files a finished run writes: results JSON, Markdown report, trade-off SVG, JUnit XML, the HTML review page."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pytest_orbench.jsonfile import write_atomic, write_json
-from pytest_orbench.records import ResultsDocument
+from pytest_orbench.records import BaselineDocument, ResultsDocument
+
+if TYPE_CHECKING:
+    from pytest_orbench.store import Store
 
 
 def junit_xml(results: ResultsDocument) -> str:
@@ -37,11 +41,18 @@ def tradeoff_svg(results: ResultsDocument) -> str:
 
 def write_outputs(results: ResultsDocument, *, json: Path | None = None, markdown: Path | None = None,
                   svg: Path | None = None, junit: Path | None = None, markdown_max_chars: int | None = None,
-                  failed: dict[Path, str] | None = None) -> list[Path]:
+                  failed: dict[Path, str] | None = None, html: Path | None = None,
+                  reference: BaselineDocument | None = None, store: Store | None = None,
+                  labels: bool = False) -> list[Path]:
     """Write the requested files atomically; return what was written. The Markdown report stays within
     `markdown_max_chars` (default: a GitHub comment's 65,536) by dropping list items, never Markdown.
     With `failed`, a file that cannot be written (a full disk) is recorded there with the reason and the
     others are still written; without it, the OSError is raised."""
+    def render_html(*args: Any) -> str:
+        from pytest_orbench.html import render_html as render  # only runs that write one
+
+        return render(*args)
+
     def render_markdown() -> str:
         from pytest_orbench.markdown import GITHUB_COMMENT_LIMIT, render_markdown_within  # only runs that write one
 
@@ -52,6 +63,7 @@ def write_outputs(results: ResultsDocument, *, json: Path | None = None, markdow
         (markdown, lambda path: write_atomic(path, render_markdown())),
         (svg, lambda path: write_atomic(path, tradeoff_svg(results))),
         (junit, lambda path: write_atomic(path, junit_xml(results))),
+        (html, lambda path: write_atomic(path, render_html(results, reference, store, labels))),
     ]
     written = []
     for path, write in files:

@@ -242,7 +242,9 @@ class RunResults:
                     self.results["run"]["baseline_update"].update(
                         written=False, reason=f"writing it failed: {exc.strerror or exc}")
         write_outputs(self.results, json=s.json, markdown=s.markdown, svg=s.svg, junit=s.junit,
-                      markdown_max_chars=s.markdown_max_chars, failed=self.unwritten)
+                      markdown_max_chars=s.markdown_max_chars, failed=self.unwritten, html=s.html,
+                      reference=reference, store=self.plugin.coordinator.store if s.html else None,
+                      labels=s.judge_labels is not None)
         self._set_exit_status(session, records)
 
     def _reference(self, records: list[PromptRecord], expected: dict[str, str]
@@ -380,7 +382,7 @@ class RunResults:
             terminalreporter.write_line(f"orbench: a second interrupt ended the wait for the replies in flight: the fetch "
                                         f"process (pid {self.plugin.coordinator.draining}) stores them by itself, and "
                                         "the next run reuses them; they are not counted here", yellow=True)
-        for path in (self.settings.json, self.settings.markdown, self.settings.svg, self.settings.junit):
+        for path in (self.settings.json, self.settings.markdown, self.settings.html, self.settings.svg, self.settings.junit):
             if path is not None and path in self.unwritten:
                 terminalreporter.write_line(f"NOT written: {path}: {self.unwritten[path]}", red=True, bold=True)
             elif path is not None:

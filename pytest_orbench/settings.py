@@ -75,6 +75,7 @@ class Settings:
     strict: bool = False
     junit: Path | None = None
     markdown: Path | None = None
+    html: Path | None = None
     svg: Path | None = None
     gate: GateConfig = field(default_factory=GateConfig)
     api_key: str | None = field(default=None, repr=False)
@@ -479,6 +480,7 @@ def build_settings(config: pytest.Config) -> Settings:
         strict=bool(values["strict"]),
         junit=path("junit"),
         markdown=path("markdown"),
+        html=path("html"),
         svg=path("svg"),
         gate=gate,
         api_key=api_key,
@@ -537,7 +539,7 @@ def _check_files(s: Settings, prompt_file: Path | None) -> None:
 
     problem = store_problem(s.store, "--orbench-store")
     update = s.baseline if s.update_baseline else None
-    outputs = {"--orbench-json": s.json, "--orbench-markdown": s.markdown, "--orbench-svg": s.svg,
+    outputs = {"--orbench-json": s.json, "--orbench-markdown": s.markdown, "--orbench-html": s.html, "--orbench-svg": s.svg,
                "--orbench-junit": s.junit, "--orbench-baseline (--orbench-update-baseline)": update}
     inputs = {"--orbench-baseline": None if update else s.baseline, "--orbench-config": s.config_file,
               "--orbench-system-prompt-file": prompt_file, "--orbench-judge-labels": s.judge_labels,

@@ -41,3 +41,9 @@ def render_mermaid(diagram: str, screenshot: Path) -> dict[str, Any]:
     source.write_text(diagram, encoding="utf-8")
     result: dict[str, Any] = _node("render-mermaid.mjs", str(source), str(screenshot))
     return result
+
+
+def check_page(page: Path, steps: list[dict[str, Any]], timeout: float = 180) -> dict[str, Any]:
+    """The page loaded in headless Chromium, offline, with the steps played (tests/js/check-html.mjs)."""
+    result: dict[str, Any] = _node("check-html.mjs", str(page), stdin=json.dumps(steps), timeout=timeout)
+    return result

@@ -36,13 +36,15 @@ class Runner:
         self.action = yaml.safe_load((REPO / "action.yml").read_text(encoding="utf-8"))
         self.workspace, self.temp, self.python_bin, self.env = workspace, temp, python_bin, env
         self.share_install = share_install  # False: this run's install step builds its own environment
+        self.uploaded: list[str] = []  # artifacts uploaded (upload-artifact), by name
 
     def run(self, inputs: dict[str, str], token: str) -> tuple[int, dict[str, str], str]:
         values = {name: spec.get("default", "") for name, spec in self.action["inputs"].items()}
         unknown = set(inputs) - set(values)
         assert not unknown, f"not inputs of action.yml: {unknown}"
         steps: dict[str, dict[str, str]] = {}
-        context = {"github.action_path": str(REPO), "github.token": token, "runner.temp": str(self.temp)}
+        context = {"github.action_path": str(REPO), "github.token": token, "runner.temp": str(self.temp),
+                   "github.job": self.env.get("GITHUB_JOB", "job"), "github.run_attempt": "1"}
 
         def resolve(text: str) -> str:
             def one(match: re.Match[str]) -> str:
@@ -73,8 +75,11 @@ class Runner:
             values = []
             for term in terms:
                 outcome = re.fullmatch(r"steps\.([\w-]+)\.outcome == '(\w+)'", term)
+                compared = re.fullmatch(r"((?:inputs|steps)\.[\w.-]+) != '(\w*)'", term)
                 if outcome:
                     values.append(outcomes.get(outcome.group(1), "") == outcome.group(2))
+                elif compared:
+                    values.append(resolve("${{ " + compared.group(1) + " }}") != compared.group(2))
                 else:
                     assert term in ("failure()", "success()", "always()"), f"not understood here: {term}"
                     values.append(term == "always()" or (failed is not None) == (term == "failure()"))
@@ -84,6 +89,21 @@ class Runner:
             assert "continue-on-error" not in step, "not played here: a failure would have to leave the job green"
             if not condition(step.get("if", "success()")):
                 outcomes[step.get("id", f"step{number}")] = "skipped"
+                continue
+            if "uses" in step and step["uses"].startswith("actions/upload-artifact@"):
+                # The artifact store: the file is kept under runner.temp/artifacts, and its URL is GitHub's form.
+                assert re.fullmatch(r"actions/upload-artifact@[0-9a-f]{40}", step["uses"])  # a commit, not a tag
+                source = Path(resolve(step["with"]["path"]))
+                name = resolve(step["with"]["name"])
+                if source.is_file():
+                    (self.temp / "artifacts").mkdir(exist_ok=True)
+                    shutil.copy(source, self.temp / "artifacts" / f"{name}.html")
+                    steps[step["id"]] = {"artifact-url": f"https://github.com/acme/bot/actions/runs/1/artifacts/{len(self.uploaded) + 1}"}
+                    self.uploaded.append(name)
+                else:
+                    assert step["with"]["if-no-files-found"] == "ignore"
+                    steps[step["id"]] = {}
+                outcomes[step["id"]] = "success"
                 continue
             if "uses" in step:
                 # The venv below plays its part: the interpreter it found, left off the job's PATH.
@@ -246,6 +266,10 @@ def test_action_fails_a_regressing_pr_passes_the_fix_and_edits_one_comment(
     rate = results["datasets"]["hard-1k"]["rejection_rate"]
     assert f"{100 * rate:.1f}%" in comment["body"] and "❌ **fail**" in comment["body"]
     assert "OR-Bench over-refusal check" in (temp / "summary.md").read_text()
+    # The review page: uploaded as the job's artifact and linked from the comment.
+    assert runner.uploaded and "**[Review page](https://github.com/acme/bot/actions/runs/1/artifacts/" in comment["body"]
+    (page,) = (temp / "artifacts").glob("*.html")
+    assert "Content-Security-Policy" in page.read_text(encoding="utf-8")
 
     # The fix: back to a neutral prompt; the same comment is edited. pytest-args as a YAML block, one flag
     # per line, with xdist (locked with the rest): every line counts.
