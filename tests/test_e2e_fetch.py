@@ -296,7 +296,7 @@ def test_on_a_terminal_progress_is_one_status_updated_in_place(pytester: pytest.
                                                                workers: list[str]) -> None:
     # 16 prompts, 4 at a time: the tests wait four times; the xdist controller shows the status only
     # after a second without results, so its waits are longer.
-    server = mock_factory(latency=2.0 if workers else 1.3)
+    server = mock_factory(latency=2.0)  # long enough for two updates even on a loaded machine
     raw = on_a_terminal(mock_args(server, "--orbench-sample", "16", "--orbench-concurrency", "4",
                                   "--orbench-datasets", "toxic", *workers), pytester.path)
     status = re.compile(r"orbench: \d+/16 replies \(\d+%\), [\d.]+/s, ETA \d+ s, 0 errors so far")

@@ -198,7 +198,7 @@ def test_custom_judge_function(pytester: pytest.Pytester, mock: Any) -> None:
         (p["verdict"], "remote rules") for p in load(pytester.path / "r.json")["prompts"]]
     broken = pytester.runpytest(*mock_args(mock, "--orbench-datasets", "toxic", "--orbench-sample", "10",
                                            "--orbench-judge", "team_judge:broken"))
-    assert broken.parseoutcomes()["failed"] == 10
+    assert broken.parseoutcomes()["failed"] == 10 + 1  # and the gate, inconclusive ("orbench gate")
     broken.stdout.fnmatch_lines(["*judge failed on toxic-*returned 42*"])
 
 

@@ -75,7 +75,7 @@ def test_damage_met_during_the_run_stops_it_inconclusive(pytester: pytest.Pytest
     (check,) = [c for c in results["gate"]["checks"] if c["name"] == "run completed"]
     assert "is damaged" in check["message"] and "delete that file (or move it aside)" in check["message"]
     assert "judge keyword failed" not in result.stdout  # the store's fault, not the judge's
-    assert "1 failed" in result.stdout and "the run stopped early (pytest-orbench: the response store" in check["message"]
+    assert "2 failed" in result.stdout and "the run stopped early (pytest-orbench: the response store" in check["message"]
 
 
 def test_orbench_commands_name_a_damaged_store(pytester: pytest.Pytester, mock: Any, capsys: pytest.CaptureFixture[str],
