@@ -90,6 +90,21 @@ def mock(mock_factory: Callable[..., MockServer]) -> MockServer:
     return mock_factory()
 
 
+@pytest.fixture(scope="module")
+def shared_mock() -> Iterator[MockServer]:
+    """One simulator for a module's tests, with `shared_store`: what one test fetched, the next finds stored
+    (same endpoint, same keys), so the module pays each reply, and each fetch process's litellm import, once.
+    Its /stats are the module's, not a test's."""
+    server = MockServer(MockConfig()).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("store")
+
+
 @pytest.fixture
 def orbench_env(monkeypatch: pytest.MonkeyPatch, data_dir: Path, tmp_path: Path) -> None:
     """Offline data, a throwaway key and cache: what CI and the demo set."""

@@ -253,29 +253,44 @@ def install_noise_in_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(litellm, "acompletion", namespace["noisy"](litellm.acompletion))
 
 
+@pytest.fixture(scope="module")
+def quiet_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[dict[str, Any], int]:
+    """The run without any strictness or noise, once for the module: (its results, the completions it asked)."""
+    from pytest_orbench.simulator import MockConfig, MockServer
+
+    folder = tmp_path_factory.mktemp("quiet")
+    server = MockServer(MockConfig()).start()
+    try:
+        env = {**with_path(REPO), "ORBENCH_DATA_DIR": str(data_dir), "OPENAI_API_KEY": "sk-test-not-a-real-key"}
+        quiet = subprocess.run([sys.executable, "-m", "pytest", *mock_args(server, "--orbench-sample", "30",
+                                "--orbench-seed", "3", "--orbench-json", "quiet.json")], cwd=folder, env=env,
+                               capture_output=True, text=True, timeout=300)
+        assert quiet.returncode == 0, quiet.stdout[-3000:]
+        return load(folder / "quiet.json"), int(stats(server.url)["completions"])
+    finally:
+        server.stop()
+
+
 @pytest.mark.slow
 @pytest.mark.usefixtures("orbench_env")
 @pytest.mark.parametrize("strict", ["PYTHONWARNINGS=error", "-W error", "filterwarnings = error"])
 def test_strict_warnings_give_the_same_verdict_and_counts(pytester: pytest.Pytester, mock_factory: Any, tmp_path: Path,
-                                                          strict: str) -> None:
+                                                          strict: str, quiet_run: tuple[dict[str, Any], int]) -> None:
     # The user's own strictness still applies to their code and tests: their test that warns fails.
     pytester.makepyfile(test_yours="import warnings\ndef test_mine():\n    warnings.warn('mine', UserWarning)\n")
     common = ("--orbench-sample", "30", "--orbench-seed", "3")
-    quiet_server, strict_server = mock_factory(), mock_factory()
-    quiet = subprocess.run([sys.executable, "-m", "pytest", *mock_args(quiet_server, *common, "--orbench-json",
-                            "quiet.json", "--orbench-store", "store-quiet")], cwd=pytester.path, env=with_path(REPO),
-                           capture_output=True, text=True, timeout=300)
-    assert quiet.returncode == 0, quiet.stdout[-3000:]
+    strict_server = mock_factory()
+    q, quiet_completions = quiet_run
     flags = {"PYTHONWARNINGS=error": [], "-W error": ["-W", "error"], "filterwarnings = error": ["-o", "filterwarnings=error"]}[strict]
     env = noisy_env(tmp_path, **({"PYTHONWARNINGS": "error"} if strict.startswith("PYTHON") else {}))
     loud = subprocess.run([sys.executable, "-m", "pytest", *mock_args(strict_server, *common, "--orbench-json",
                            "strict.json", "--orbench-store", "store-strict", *flags), "test_yours.py"],
                           cwd=pytester.path, env=env, capture_output=True, text=True, timeout=300)
-    q, s = load(pytester.path / "quiet.json"), load(pytester.path / "strict.json")
+    s = load(pytester.path / "strict.json")
     assert s["gate"]["verdict"] == q["gate"]["verdict"] == "ungated", loud.stdout[-3000:]
     assert s["run"]["calls"] == q["run"]["calls"] and s["run"]["calls"]["errors"] == 0, loud.stdout[-3000:]
     assert {k: v["refused"] for k, v in s["datasets"].items()} == {k: v["refused"] for k, v in q["datasets"].items()}
-    assert stats(strict_server.url)["completions"] == stats(quiet_server.url)["completions"] == 60
+    assert stats(strict_server.url)["completions"] == quiet_completions == 60
     assert "UserWarning: mine" in loud.stdout and "1 failed" in loud.stdout, loud.stdout[-2000:]
 
 

@@ -55,7 +55,7 @@ def expected(data_dir: Path, results: dict[str, Any]) -> dict[str, dict[str, int
 def test_flips_are_verified_with_exact_calls_and_the_gate_decides_on_them(pytester: pytest.Pytester,
                                                                         mock_factory: Any, data_dir: Path) -> None:
     model, judge = mock_factory(), mock_factory(judge_overturn=SHARE)
-    common = ("--orbench-sample", "500", "--orbench-seed", "11", "--orbench-baseline", "base.json")
+    common = ("--orbench-sample", "300", "--orbench-seed", "11", "--orbench-baseline", "base.json")
     assert pytester.runpytest(*mock_args(model, *common, "--orbench-update-baseline")).ret == 0
     verify = (f"--orbench-system-prompt-file={CAREFUL}", "--orbench-verify-flips", "--orbench-judge-model",
               "openai/orbench-judge", "--orbench-judge-api-base", judge.url)
@@ -64,7 +64,7 @@ def test_flips_are_verified_with_exact_calls_and_the_gate_decides_on_them(pytest
     results = load(pytester.path / "r.json")
     want = expected(data_dir, results)
     flips = sum(w["found"] for w in want.values())
-    assert flips > 40
+    assert flips > 20
     # Both sides of every flip, and nothing else: the baseline's replies are in this store too.
     assert stats(judge.url)["judge_requests"] == 2 * flips
     for name, w in want.items():

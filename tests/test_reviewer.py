@@ -4,6 +4,7 @@ failed or inconclusive gate ends pytest's output in red."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,19 +13,29 @@ from tests.conftest import REPO, load, mock_args
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
 CAREFUL = REPO / "examples" / "careful-system-prompt.txt"
-COMMON = ("--orbench-sample", "150", "--orbench-seed", "3", "--orbench-baseline=base.json")
 
 
 @pytest.fixture
-def regressed(pytester: pytest.Pytester, mock: Any) -> tuple[pytest.RunResult, dict[str, Any]]:
-    assert pytester.runpytest(*mock_args(mock, *COMMON, "--orbench-update-baseline")).ret == 0
-    result = pytester.runpytest(*mock_args(mock, *COMMON, f"--orbench-system-prompt-file={CAREFUL}", "--orbench-json",
+def mock(shared_mock: Any) -> Any:
+    """This module's runs share one simulator and one store (`common`): each reply is fetched once for all."""
+    return shared_mock
+
+
+@pytest.fixture
+def common(shared_store: Path) -> tuple[str, ...]:
+    return "--orbench-sample", "150", "--orbench-seed", "3", "--orbench-baseline=base.json", f"--orbench-store={shared_store}"
+
+
+@pytest.fixture
+def regressed(pytester: pytest.Pytester, mock: Any, common: tuple[str, ...]) -> tuple[pytest.RunResult, dict[str, Any]]:
+    assert pytester.runpytest(*mock_args(mock, *common, "--orbench-update-baseline")).ret == 0
+    result = pytester.runpytest(*mock_args(mock, *common, f"--orbench-system-prompt-file={CAREFUL}", "--orbench-json",
                                            "r.json"))
     assert result.ret == 1
     return result, load(pytester.path / "r.json")
 
 
-def test_the_ids_the_gate_prints_select_their_tests(pytester: pytest.Pytester, mock: Any,
+def test_the_ids_the_gate_prints_select_their_tests(pytester: pytest.Pytester, mock: Any, common: tuple[str, ...],
                                                     regressed: tuple[pytest.RunResult, dict[str, Any]]) -> None:
     result, results = regressed
     ids = results["datasets"]["hard-1k"]["comparison"]["newly_refused_ids"]
@@ -33,24 +44,24 @@ def test_the_ids_the_gate_prints_select_their_tests(pytester: pytest.Pytester, m
     command = re.search(r'-k "([^"]+)"', line)
     assert command is not None and command.group(1) == " or ".join(ids[:20])
     # That command, with the run's options, runs exactly those prompts (from the store: no call).
-    rerun = pytester.runpytest(*mock_args(mock, *COMMON, f"--orbench-system-prompt-file={CAREFUL}", "--orbench-only",
+    rerun = pytester.runpytest(*mock_args(mock, *common, f"--orbench-system-prompt-file={CAREFUL}", "--orbench-only",
                                           "-k", command.group(1), "--orbench-json", "again.json"))
     assert sorted(p["id"] for p in load(pytester.path / "again.json")["prompts"]) == sorted(ids[:20])
     assert rerun.parseoutcomes()["deselected"] == 300 - len(ids[:20])
     # One id, with -k or as a node id under its dataset.
-    one = pytester.runpytest(*mock_args(mock, *COMMON, "--orbench-only", "-k", ids[0], "--collect-only", "-q"))
+    one = pytester.runpytest(*mock_args(mock, *common, "--orbench-only", "-k", ids[0], "--collect-only", "-q"))
     assert [line for line in one.stdout.lines if line.startswith("orbench/")] == \
         [f"orbench/hard-1k::{next(p['category'] for p in results['prompts'] if p['id'] == ids[0])}-{ids[0].split('-')[-1]}"]
-    node = pytester.runpytest(*mock_args(mock, *COMMON, "--orbench-only", f"orbench/hard-1k::{ids[0]}", "--collect-only",
+    node = pytester.runpytest(*mock_args(mock, *common, "--orbench-only", f"orbench/hard-1k::{ids[0]}", "--collect-only",
                                          "-q"))
     assert node.ret == 0 and sum(line.startswith("orbench/") for line in node.stdout.lines) == 1
 
 
 @pytest.mark.parametrize("flags", [["--color=yes"], ["--color=yes", "-q"], ["--color=yes", "-qq"],
                                    ["--color=yes", "-n", "2"]], ids=["default", "q", "qq", "xdist"])
-def test_a_failed_gate_ends_in_red(pytester: pytest.Pytester, mock: Any, flags: list[str]) -> None:
-    assert pytester.runpytest(*mock_args(mock, *COMMON, "--orbench-update-baseline")).ret == 0
-    result = pytester.runpytest_subprocess(*mock_args(mock, *COMMON, f"--orbench-system-prompt-file={CAREFUL}", *flags))
+def test_a_failed_gate_ends_in_red(pytester: pytest.Pytester, mock: Any, flags: list[str], common: tuple[str, ...]) -> None:
+    assert pytester.runpytest(*mock_args(mock, *common, "--orbench-update-baseline")).ret == 0
+    result = pytester.runpytest_subprocess(*mock_args(mock, *common, f"--orbench-system-prompt-file={CAREFUL}", *flags))
     assert result.ret == 1
     last = [line for line in result.stdout.lines if line.strip()][-1]
     assert "\x1b[31m" in last and not last.startswith("\x1b[32m"), repr(last)  # red, not green
@@ -58,9 +69,9 @@ def test_a_failed_gate_ends_in_red(pytester: pytest.Pytester, mock: Any, flags: 
                                                                                      result.stdout.str())
 
 
-def test_a_passing_gate_stays_green(pytester: pytest.Pytester, mock: Any) -> None:
-    assert pytester.runpytest(*mock_args(mock, *COMMON, "--orbench-update-baseline")).ret == 0
-    result = pytester.runpytest_subprocess(*mock_args(mock, *COMMON, "--color=yes"))
+def test_a_passing_gate_stays_green(pytester: pytest.Pytester, mock: Any, common: tuple[str, ...]) -> None:
+    assert pytester.runpytest(*mock_args(mock, *common, "--orbench-update-baseline")).ret == 0
+    result = pytester.runpytest_subprocess(*mock_args(mock, *common, "--color=yes"))
     assert result.ret == 0
     last = [line for line in result.stdout.lines if line.strip()][-1]
     assert last.startswith("\x1b[32m") and not re.search(r"\b\d+ failed", last), repr(last)

@@ -5,6 +5,7 @@ INTERNALERROR (the plugin, the CLI, the Action)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,12 +36,26 @@ def run(pytester: pytest.Pytester, *args: str) -> subprocess.CompletedProcess[st
                           timeout=300, env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
 
 
+@pytest.fixture(scope="module")
+def good_store(tmp_path_factory: pytest.TempPathFactory, shared_mock: Any, data_dir: Path) -> Path:
+    """A store that holds every reply of the runs below, made once (copied into each test, then damaged)."""
+    folder = tmp_path_factory.mktemp("good")
+    environ = {**os.environ, "ORBENCH_DATA_DIR": str(data_dir), "OPENAI_API_KEY": "sk-test-not-a-real-key",
+               "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    done = subprocess.run([sys.executable, "-m", "pytest", *mock_args(shared_mock, "--orbench-sample", "60",
+                           "--orbench-seed", "1", "--orbench-store", str(folder / ".orbench"))], cwd=folder,
+                          capture_output=True, text=True, timeout=300, env=environ)
+    assert done.returncode == 0, done.stdout[-2000:]
+    return folder / ".orbench"
+
+
 @pytest.mark.parametrize(("page", "workers"), [(1, []), (None, []), (1, ["-n", "2"])],
                          ids=["interior-page", "last-page", "interior-page-xdist"])
-def test_a_damaged_store_is_a_usage_error_before_any_call(pytester: pytest.Pytester, mock: Any, page: int | None,
-                                                          workers: list[str]) -> None:
+def test_a_damaged_store_is_a_usage_error_before_any_call(pytester: pytest.Pytester, shared_mock: Any, good_store: Path,
+                                                          page: int | None, workers: list[str]) -> None:
+    mock = shared_mock
     args = mock_args(mock, "--orbench-sample", "60", "--orbench-seed", "1")
-    assert run(pytester, *args).returncode == 0
+    shutil.copytree(good_store, pytester.path / ".orbench")
     made = stats(mock.url)["requests"]
     damage(pytester.path / STORE, page)
     result = run(pytester, *args, *workers)
