@@ -24,6 +24,26 @@ OVER_REFUSAL = ("hard-1k", "xstest-safe", "80k")
 TOXIC = ("toxic", "xstest-unsafe")
 
 
+def _plain(text: str) -> str:
+    """An annotation's text: one line, control, bidi and other invisible characters shown as [U+001B], never obeyed
+    (an endpoint's error can carry ESC, BEL or U+202E), as the comment and the terminal show them."""
+    from pytest_orbench.markdown import visible
+
+    return visible(" ".join(str(text).split()))
+
+
+def _warning(text: str, **kwargs: Any) -> None:
+    gha.warning(_plain(text), **kwargs)
+
+
+def _error(text: str, **kwargs: Any) -> None:
+    gha.error(_plain(text), **kwargs)
+
+
+def _notice(text: str, **kwargs: Any) -> None:
+    gha.notice(_plain(text), **kwargs)
+
+
 def _first(datasets: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any] | None:
     return next((datasets[n] for n in names if n in datasets), None)
 
@@ -124,7 +144,7 @@ def _no_results(settings: ActionSettings, github_factory: Callable[[ActionSettin
     else:
         message = (f"pytest --orbench wrote no results (exit code {settings.pytest_exit_code}), so nothing was "
                    "compared; see the Run step's log for the usage error or crash")
-    gha.error(f"{message}: {detail}" if detail else message, title="pytest-orbench")
+    _error(f"{message}: {detail}" if detail else message, title="pytest-orbench")
     # The detail quotes the pull request's inputs and files (a dataset name, a path): a code span in Markdown.
     shown = md_text(message) + (f": {md_code(detail)}" if detail else "")
     if os.environ.get("GITHUB_STEP_SUMMARY"):
@@ -140,7 +160,7 @@ def _comment(settings: ActionSettings, github_factory: Callable[[ActionSettings]
     """Create or update the PR comment; its URL (None when none was posted). GitHub's refusal is a warning."""
     if settings.pr_number is None:
         if settings.comment != "never":
-            gha.notice("not a pull request event: no PR comment", title="pytest-orbench")
+            _notice("not a pull request event: no PR comment", title="pytest-orbench")
         return None
     if settings.comment == "never":
         return None
@@ -153,17 +173,17 @@ def _comment(settings: ActionSettings, github_factory: Callable[[ActionSettings]
         # No failure to comment turns a passing check red: the gate decides. The fork hint only where
         # a fork's read-only token is the cause, not for an outage or a rate limit.
         fork = exc.token_cannot_write or (exc.status == 404 and settings.from_fork)
-        gha.warning(f"could not post the PR comment ({exc}); the job result reflects the gate only."
+        _warning(f"could not post the PR comment ({exc}); the job result reflects the gate only."
                     + (" For fork PRs, see docs/action.md (workflow_run pattern)." if fork else ""),
                     title="pytest-orbench")
         return None
     if "(verdict only:" in action:
         # The earlier verdict does not stand: the comment says this run's, without the report.
-        gha.warning(f"the PR comment shows this run's verdict only: {action.split('(verdict only: ', 1)[1].rstrip(')')}; "
+        _warning(f"the PR comment shows this run's verdict only: {action.split('(verdict only: ', 1)[1].rstrip(')')}; "
                     "the full report is in the job summary and the results file", title="pytest-orbench")
     if action.startswith("shared"):
         # Matrix entries share the workflow and job name: without comment-key they overwrite one comment.
-        gha.warning("another job or step of this workflow run had written this PR comment, and this one replaced "
+        _warning("another job or step of this workflow run had written this PR comment, and this one replaced "
                     "its results; set the comment-key input (e.g. the matrix value) so each keeps its own comment",
                     title="pytest-orbench")
         action = action.replace("shared", "updated", 1)
@@ -176,7 +196,7 @@ def main(env: Mapping[str, str] | None = None, github_factory: Callable[[ActionS
     try:
         settings = from_env(env)
     except ActionSettingsError as exc:
-        gha.error(str(exc), title="pytest-orbench")
+        _error(str(exc), title="pytest-orbench")
         _set_outputs({"verdict": "inconclusive"})
         return 1
     if not settings.results_path.is_file():
@@ -184,7 +204,7 @@ def main(env: Mapping[str, str] | None = None, github_factory: Callable[[ActionS
     try:
         results = load_results(settings.results_path)
     except ResultsError as exc:
-        gha.error(f"{exc}; the results file is written by pytest --orbench-json", title="pytest-orbench")
+        _error(f"{exc}; the results file is written by pytest --orbench-json", title="pytest-orbench")
         return 1
     stat = prompt_diff_stat(settings.system_prompt_file, env.get("GITHUB_BASE_REF"))
     if stat is not None:
@@ -198,26 +218,26 @@ def main(env: Mapping[str, str] | None = None, github_factory: Callable[[ActionS
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         gha.append_job_summary(build_body(results, settings.config_id))
     if verdict == "ungated":
-        gha.warning(f"OR-Bench gate ungated: {results['gate'].get('note', 'nothing was checked')}; set the baseline "
+        _warning(f"OR-Bench gate ungated: {results['gate'].get('note', 'nothing was checked')}; set the baseline "
                     "input or gate limits in orbench.yaml to gate merges", title="pytest-orbench")
     elif verdict != "pass":
         failed = "; ".join(f"{c['name']}: {c['message']}" for c in results["gate"]["checks"] if c["outcome"] != "pass")
         prompt_file = split(settings.system_prompt_file)[0] if settings.system_prompt_file else None
-        gha.error(f"OR-Bench gate {verdict}: {failed}", title="pytest-orbench", file=prompt_file)
+        _error(f"OR-Bench gate {verdict}: {failed}", title="pytest-orbench", file=prompt_file)
     errored, reasons = error_reasons(results, limit=1)
     if errored:
         # What went wrong with the endpoint, where the annotation is read (the comment lists more).
-        gha.warning(f"{errored} of {len(results['prompts'])} prompts got no reply after the retries; most often: "
+        _warning(f"{errored} of {len(results['prompts'])} prompts got no reply after the retries; most often: "
                     f"{reasons[0][0][:300]} ({reasons[0][1]})", title="pytest-orbench")
     judged, reasons = error_reasons(results, limit=1, source="judge")
     if judged:
         # Replies that came back but got no judgement: the judge failed, not the endpoint.
-        gha.warning(f"{judged} of {len(results['prompts'])} prompts got no judgement (judge errors); most often: "
+        _warning(f"{judged} of {len(results['prompts'])} prompts got no judgement (judge errors); most often: "
                     f"{reasons[0][0][:300]} ({reasons[0][1]})", title="pytest-orbench")
     skipped = results["gate"].get("baseline_only") or []
     if skipped:
         # A pull request that stops running a dataset stops its check: say so where reviewers look.
-        gha.warning(f"not checked: {', '.join(skipped)} (in the baseline, not run by this job); the verdict covers "
+        _warning(f"not checked: {', '.join(skipped)} (in the baseline, not run by this job); the verdict covers "
                     f"{', '.join(results['gate'].get('compared') or []) or 'no dataset'} only", title="pytest-orbench")
 
     values["comment-url"] = _comment(settings, github_factory, results) or ""

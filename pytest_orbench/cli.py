@@ -109,10 +109,16 @@ def _fail(message: str) -> int:
 
 
 def _at_least(args: argparse.Namespace, name: str, low: int) -> str | None:
-    """The problem with an integer option below its smallest sensible value (None: there is none)."""
+    """The problem with an integer option below its smallest sensible value, or above the largest the plugin's
+    setting of the same name takes (options.RANGES): None when there is none."""
+    from pytest_orbench.options import RANGES
+
     value = getattr(args, name)
+    high = RANGES.get(name, (low, float("inf")))[1]
     if value is not None and value < low:
         return f"--{name.replace('_', '-')} must be at least {low}, got {value}"
+    if value is not None and value > high:
+        return f"--{name.replace('_', '-')} must be between {low} and {high:g}, got {value}"
     return None
 
 
@@ -274,8 +280,8 @@ def _judge_eval(args: argparse.Namespace) -> int:
                or output_problem({"--json": Path(args.json) if args.json else None}, {"LABELED": Path(args.labeled)}))
     if problem:
         return _fail(problem)
-    if args.timeout <= 0:
-        return _fail(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    if not 0 < args.timeout <= 3600:
+        return _fail(f"--timeout must be a number of seconds between 0 and 3600, got {args.timeout}")
     if args.fail_under is not None and not 0 <= args.fail_under <= 1:
         return _fail(f"--fail-under is a share between 0 and 1 (0.9 for 90%), got {args.fail_under}")
     if args.judge not in ("llm", "hybrid") and (args.judge_model or args.judge_api_base):

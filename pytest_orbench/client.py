@@ -353,13 +353,23 @@ def scrub(spec: ModelSpec | None, text: str, env: Mapping[str, str] | None = Non
     return hide(text, secrets_of(spec, env))
 
 
+# Every value this process knows to be a secret of the run (its keys, whatever variable they were read from, and
+# the `{env: VAR}` values it sends): scrubbed from every text, by value, whoever raised it (a custom judge, a
+# target). Filled by settings.build_settings (remember_secrets).
+_KNOWN_SECRETS: set[str] = set()
+
+
+def remember_secrets(*values: str | None) -> None:
+    _KNOWN_SECRETS.update(v for v in values if v and len(v) >= 4)
+
+
 def secrets_of(spec: ModelSpec | None, env: Mapping[str, str] | None = None) -> list[str]:
     """What `scrub` hides, longest first."""
     env = os.environ if env is None else env
-    secrets: list[str | None] = []
+    secrets: list[str | None] = list(_KNOWN_SECRETS)
     if spec is not None:
         key = spec.api_key or (env.get(spec.api_key_env) if spec.api_key_env else None)
-        secrets = [s for s in [key, *(env.get(name) for name in env_refs(spec.call_kwargs))] if s and len(s) >= 4]
+        secrets += [s for s in [key, *(env.get(name) for name in env_refs(spec.call_kwargs))] if s and len(s) >= 4]
     secrets += [v for name, v in env.items() if len(v) >= 8 and _SECRET_NAME.search(name)]
     return sorted({s for s in secrets if s}, key=len, reverse=True)
 

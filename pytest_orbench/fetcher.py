@@ -98,6 +98,7 @@ class FetchLoop:
         self._dead: dict[int, str] = {}
         self._unusable: Counter[int] = Counter()  # replies with no text at max_tokens while none was usable
         self._unreachable: Counter[int] = Counter()  # prompts in a row unreachable or timed out since the last reply (GONE_STOP)
+        self._last_answer: dict[int, float] = {}  # monotonic time of each configuration's last reply
         self._pending_records: list[tuple[str, dict[str, Any]]] = []
         self._pending_outcomes: list[tuple[str, Outcome]] = []
         self._done = 0
@@ -190,6 +191,7 @@ class FetchLoop:
             if stopped is not None:
                 return Outcome(error=f"{NOT_REQUESTED}{stopped}")
             caller = self._callers[job.config]
+            started = time.monotonic()
             try:
                 reply, attempts, seconds = await call_with_retries(
                     caller, job.prompt, self.retries,
@@ -202,7 +204,12 @@ class FetchLoop:
                            else "so no more calls are made to it")
                     self._dead.setdefault(job.config, f"{exc} ({why})")
                 gone = exc.unreachable or exc.timed_out
-                self._unreachable[job.config] = self._unreachable[job.config] + 1 if gone else 0
+                # In a row means with no reply between: a prompt during which another was answered (half the
+                # prompts hang, a trickle of faults under concurrency) says the endpoint still answers.
+                if not gone:
+                    self._unreachable[job.config] = 0
+                elif started >= self._last_answer.get(job.config, 0.0):
+                    self._unreachable[job.config] += 1
                 if self._unreachable[job.config] >= GONE_STOP:
                     self._dead.setdefault(job.config, f"{exc} (it had answered {self._answered[job.config]} prompts, then "
                                                       f"{self._unreachable[job.config]} prompts in a row failed every "
@@ -214,6 +221,7 @@ class FetchLoop:
                 return Outcome(error=str(exc), fetched=True)
             self._answered[job.config] += 1
             self._unreachable[job.config] = 0
+            self._last_answer[job.config] = time.monotonic()
             record = reply.record()
             record["seconds"] = round(seconds, 3)
             record["attempts"] = attempts

@@ -26,6 +26,7 @@ from __future__ import annotations
 import gc
 import os
 import pickle
+import re
 import struct
 import subprocess
 import sys
@@ -119,8 +120,13 @@ class FetchChild:
             if self._stderr.closed:
                 return None  # stopped by the parent (stop): not a death
             self._stderr.seek(0)
-            tail = self._stderr.read().decode("utf-8", "replace").strip().splitlines()[-3:]
-        return f"the fetch process {_how(code)}" + (f": {' | '.join(tail)}" if tail else "")
+            lines = self._stderr.read().decode("utf-8", "replace").strip().splitlines()
+        # The cause first: its own last word, or a traceback's last line; not the warnings an import printed.
+        cause = next((line for line in reversed(lines) if line.startswith("fetch process failed")
+                      or re.match(r"^[\w.]+(?:Error|Exception|Exit|Interrupt)\b", line)), None)
+        tail = [line for line in lines[-3:] if line != cause and "Warning" not in line]
+        shown = [cause] if cause else tail
+        return f"the fetch process {_how(code)}" + (f": {' | '.join(shown)}" if shown else "")
 
     def watch(self, on_death: Callable[[str], None]) -> None:
         """Calls `on_death(why)` from a thread of its own if the child dies before the parent stops it:

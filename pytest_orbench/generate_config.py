@@ -123,7 +123,14 @@ def _positive(values: dict[str, Any], key: str, low: float, kind: type) -> Any:
         raise GenerateError(f"generate.{key} must be {'an integer' if kind is int else 'a number'}, got {value!r}")
     if not math.isfinite(value) or value < low:
         raise GenerateError(f"generate.{key} must be at least {low} (and finite), got {value}")
+    high = _HIGHEST.get(key)
+    if high is not None and value > high:
+        raise GenerateError(f"generate.{key} must be between {low} and {high:g}, got {value}")
     return kind(value)
+
+
+# As the plugin's settings of the same names (options.RANGES): past these a run never ends against a dead endpoint.
+_HIGHEST = {"concurrency": 1024, "retries": 20}
 
 
 def build_config(values: dict[str, Any], base: Path) -> GenerateConfig:
@@ -195,8 +202,8 @@ def build_config(values: dict[str, Any], base: Path) -> GenerateConfig:
         # Read here, once: its problems (columns, quoting, encoding) before any call, its seeds for the pipeline.
         seeds, seed_categories = read_seeds(seeds_file, categories)
     timeout = values.get("timeout")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf):
-        raise GenerateError(f"generate.timeout must be a positive number of seconds, got {timeout!r}")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 3600):
+        raise GenerateError(f"generate.timeout must be a number of seconds between 0 and 3600, got {timeout!r}")
 
     def path(key: str) -> Path | None:
         return (base / str(values[key])).resolve() if values.get(key) else None

@@ -14,6 +14,14 @@ import pytest
 from pytest_orbench import BUILTIN_DATASETS, DEFAULT_JUDGE
 
 MAX_TRIALS = 20
+# The range of each number setting, checked before any call: past these a run against a dead or hung endpoint
+# would never end (a million retries, a timeout of 30 years) while its progress said "ETA 22 s".
+RANGES: dict[str, tuple[float, float]] = {
+    "concurrency": (1, 1024), "retries": (0, 20), "timeout": (0.001, 3600), "max_tokens": (1, 1_000_000),
+    "judge_max_tokens": (1, 1_000_000), "sample": (1, 10_000_000), "trials": (1, MAX_TRIALS),
+    "progress_every": (0, 86_400), "estimate_output_tokens": (1, 1_000_000), "batch_poll": (0.001, 86_400),
+    "batch_max_requests": (1, 50_000),
+}
 MIN_MARKDOWN_CHARS = 2000  # the smallest Markdown report limit accepted: the verdict and the table must fit
 
 

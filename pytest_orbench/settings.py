@@ -21,7 +21,7 @@ import pytest
 
 from pytest_orbench.dataset import BUILTINS, DatasetError, DatasetSpec, parse_spec, spec_from_mapping
 from pytest_orbench.gate import GateConfig, GateConfigError, parse_gate
-from pytest_orbench.options import BY_KEY, MAX_TRIALS, MIN_MARKDOWN_CHARS, OPTIONS, Option, parse_age
+from pytest_orbench.options import BY_KEY, MAX_TRIALS, MIN_MARKDOWN_CHARS, OPTIONS, RANGES, Option, parse_age
 from pytest_orbench.prompt_file import PromptFileError, extract, split
 from pytest_orbench.spec import (
     ENDPOINT_KWARGS,
@@ -31,6 +31,7 @@ from pytest_orbench.spec import (
     ModelSpec,
     api_base_problem,
     calls_go_to,
+    env_refs,
     kwargs_endpoint,
     load_callable,
     provider_of,
@@ -385,6 +386,12 @@ def build_settings(config: pytest.Config) -> Settings:
             raise _fail(f"{key} must be at least {low}, got {values[key]}")
     if values["trials"] > MAX_TRIALS:
         raise _fail(f"trials must be at most {MAX_TRIALS} (each prompt is asked that many times), got {values['trials']}")
+    for key, (lowest, highest) in RANGES.items():
+        value = values.get(key)
+        if value is not None and not lowest <= value <= highest:
+            flag = BY_KEY[key].flag or key
+            raise _fail(f"{key} ({flag}) must be between {lowest:g} and {highest:g}, got {value:g}: a run with more would not "
+                        "end in any useful time against an endpoint that stopped answering")
     if values["max_cost"] is not None and values["max_cost"] <= 0:
         raise _fail(f"max_cost must be a positive number of US dollars, got {values['max_cost']}")
     if values["estimate_output_tokens"] < 1:
@@ -499,6 +506,7 @@ def build_settings(config: pytest.Config) -> Settings:
     )
     _check_files(settings, prompt_file)
     base = _base(values, bases, settings)
+    _remember_secrets(settings, base)
     if settings.verify_flips and base is None and (settings.baseline is None or settings.update_baseline):
         raise _fail("--orbench-verify-flips checks the prompts whose verdict flipped against the compared side, and this "
                     "run compares with nothing: set --orbench-baseline FILE (without --orbench-update-baseline) or a live "
@@ -506,6 +514,20 @@ def build_settings(config: pytest.Config) -> Settings:
     if batch is not None and base is not None and base.model is not None:
         _check_batch_model(base.model, "base model")
     return replace(settings, base=base) if base is not None else settings
+
+
+def _remember_secrets(settings: Settings, base: Settings | None) -> None:
+    """Every secret value of the run, for client.scrub to hide wherever it turns up (a custom judge's exception,
+    a target's, an echoed error), read from whichever variable it came from."""
+    from pytest_orbench.client import remember_secrets
+
+    for s in (settings, base):
+        if s is None:
+            continue
+        specs = [s.judge_spec] + ([s.endpoint_spec()] if s.model else [])
+        remember_secrets(s.api_key, *(spec.api_key for spec in specs if spec),
+                         *(os.environ.get(name) for spec in specs if spec for name in env_refs(spec.call_kwargs)),
+                         *(os.environ.get(name) for name in env_refs(s.litellm_kwargs)))
 
 
 def _judge_labels(labels: Path | None, min_agreement: float | None) -> Path | None:

@@ -281,8 +281,8 @@ def calls_go_to(model: str | None, api_base: str | None, target: str | None = No
 
 
 # Credentials written into settings: header names that carry them, and values that look like them.
-SECRET_NAMES = re.compile(r"authori[sz]ation|api[-_]?key|token|secret|password|credential|cookie|^key$|-key$|_key$",
-                          re.IGNORECASE)
+SECRET_NAMES = re.compile(r"authori[sz]ation|api[-_]?key|token|secret|password|passwd|credential|cookie|^key$|-key$|"
+                          r"_key$|^auth$|[-_]auth$|^auth[-_]", re.IGNORECASE)
 SECRET_VALUES = re.compile(
     r"^(?:bearer|basic|token)\s+\S{8,}|\b(?:sk|rk|pk)[-_](?:live[-_]|test[-_]|proj[-_]|ant[-_])?[A-Za-z0-9_-]{16,}"
     r"|\bgh[pousr]_[A-Za-z0-9]{20,}|\bgithub_pat_\w{20,}|\bxox[abposr]-[A-Za-z0-9-]{10,}|\bAKIA[0-9A-Z]{16}\b"

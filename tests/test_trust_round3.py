@@ -1,0 +1,144 @@
+"""Trust, third round (issue 34's medium items): annotations without control characters, numbers bounded
+before any call, the stop rule that fires only when the endpoint really stopped answering, a dead fetch
+process's cause shown first, and every secret value of the run scrubbed by value."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_orbench.cli import main as cli
+from pytest_orbench.fetchproc import FetchChild
+from tests.conftest import load, mock_args, stats
+
+pytestmark = pytest.mark.usefixtures("orbench_env")
+
+
+def test_annotations_show_control_characters_instead_of_obeying_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from action.main import main as action_main
+    from tests.test_gate import make_results
+
+    results = make_results({"hard-1k": [None] * 5 + [False] * 95})
+    for prompt in results["prompts"][:5]:
+        prompt["error"] = "HTTP 503 from gw: \x1b[31mdown\x1b[0m\x07 \u202eevil"
+        prompt["error_from"] = "endpoint"
+    from pytest_orbench.gate import assess, parse_gate
+
+    results = assess(results, None, parse_gate({}))
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(results), encoding="utf-8")
+    for key, value in {"ORBENCH_RESULTS_PATH": str(path), "ORBENCH_COMMENT": "never", "GITHUB_OUTPUT": str(tmp_path / "o"),
+                       "ORBENCH_FAIL_ON_REGRESSION": "true"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    action_main()
+    out = capsys.readouterr().out
+    annotations = [line for line in out.splitlines() if line.startswith("::")]
+    assert any("[U+001B][31mdown[U+001B][0m[U+0007] [U+202E]evil" in line for line in annotations), annotations
+    assert not any(c in out for c in ("\x1b", "\x07", "\u202e"))
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--orbench-retries", "1000000", "retries (--orbench-retries) must be between 0 and 20, got 1e+06"),
+    ("--orbench-timeout", "1e9", "timeout (--orbench-timeout) must be between 0.001 and 3600, got 1e+09"),
+    ("--orbench-concurrency", "100000000", "concurrency (--orbench-concurrency) must be between 1 and 1024, got 1e+08"),
+    ("--orbench-max-tokens", "0", "max_tokens must be at least 1"),
+])
+def test_every_number_is_bounded_before_any_call(pytester: pytest.Pytester, mock: Any, flag: str, value: str,
+                                                 message: str) -> None:
+    result = pytester.runpytest(*mock_args(mock, f"{flag}={value}"))
+    assert result.ret == 4 and message in result.stderr.str(), result.stderr.str()
+    assert stats(mock.url)["requests"] == 0
+
+
+def test_orbench_commands_bound_their_numbers_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "l.csv").write_text("prompt,response,label\nhi,Sure.,compliance\n", encoding="utf-8")
+    assert cli(["judge-eval", "l.csv", "--retries", "1000000"]) == 2
+    assert "--retries must be between 0 and 20, got 1000000" in capsys.readouterr().err
+    assert cli(["judge-eval", "l.csv", "--timeout", "1e9"]) == 2
+    assert "--timeout must be a number of seconds between 0 and 3600" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", ["timeout", "trickle"])
+def test_an_endpoint_that_still_answers_is_never_taken_for_gone(pytester: pytest.Pytester, mock_factory: Any,
+                                                                fault: str) -> None:
+    # Half the prompts hang (or trickle) past the timeout on every attempt, interleaved with answered ones, 8 at a
+    # time: failures come back in bunches, five "in a row" by arrival, while the endpoint answers the rest.
+    server = mock_factory(fault_rate=0.5 if fault == "timeout" else 0.2, faults=(fault,), fault_attempts=10, hang=3.0)
+    result = pytester.runpytest(*mock_args(server, "--orbench-sample", "60", "--orbench-seed", "4",
+                                           "--orbench-datasets=toxic", "--orbench-timeout=1", "--orbench-retries=0",
+                                           "--orbench-concurrency=8", "--orbench-json", "r.json"))
+    results = load(pytester.path / "r.json")
+    calls = results["run"]["calls"]
+    assert "not_requested" not in calls, calls  # every prompt was asked
+    faulty = sum(1 for p in results["prompts"] if p["verdict"] == "error")
+    assert 0 < faulty < 60 and calls["errors"] == faulty
+    assert stats(server.url)["completions"] >= 60 - faulty
+    assert not any("no more calls are made" in str(p.get("error")) for p in results["prompts"]), result.stdout.str()
+
+
+def test_a_dead_fetch_process_is_named_by_its_cause_not_its_import_warnings() -> None:
+    child = FetchChild()
+    script = ("import sys\n"
+              "print('/site/litellm/x.py:12: DeprecationWarning: something deprecated', file=sys.stderr)\n"
+              "print('fetch process failed: RuntimeError: the store could not be opened', file=sys.stderr)\n"
+              "print('/site/pydantic/y.py:3: UserWarning: Items on TypedDict ...', file=sys.stderr)\n"
+              "sys.exit(1)\n")
+    child._proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.DEVNULL, stderr=child._stderr)
+    child._proc.wait(timeout=30)
+    why = child.dead()
+    assert why is not None and "fetch process failed: RuntimeError: the store could not be opened" in why
+    assert "Warning" not in why
+    child._stderr.close()
+
+
+def test_every_secret_value_of_the_run_is_scrubbed_wherever_it_turns_up(pytester: pytest.Pytester, mock: Any) -> None:
+    # A custom judge that puts the run's key (read from a variable not named like a secret) and a header value
+    # read with {env: VAR} into its exception: both are the run's secrets, scrubbed by value.
+    pytester.makepyfile(team_judge="""
+        import os
+        def judge(prompt, reply):
+            raise RuntimeError(f"auth failed for {os.environ['MYKEYVAR']} via {os.environ['GATEWAY_HEADER']}")
+    """)
+    pytester.makefile(".yaml", orbench=f"""
+        model: openai/orbench-mock
+        api_base: {mock.url}
+        api_key_env: MYKEYVAR
+        judge: team_judge:judge
+        litellm_kwargs:
+          extra_headers:
+            X-Gateway: {{env: GATEWAY_HEADER}}
+    """)
+    env = {**os.environ, "MYKEYVAR": "plain-value-of-the-key-123", "GATEWAY_HEADER": "header-value-456",
+           "PYTHONPATH": os.pathsep.join([str(pytester.path), *(p for p in sys.path if p)])}
+    done = subprocess.run([sys.executable, "-m", "pytest", "--orbench", "--orbench-sample", "3", "--orbench-seed", "1",
+                           "--orbench-datasets=toxic", "--orbench-json", "r.json", "-p", "no:cacheprovider"],
+                          cwd=pytester.path, env=env, capture_output=True, text=True, timeout=300)
+    text = (pytester.path / "r.json").read_text(encoding="utf-8") + done.stdout + done.stderr
+    assert "judge custom:team_judge:judge failed: RuntimeError: auth failed for *** via ***" in text, done.stdout[-2000:]
+    assert "plain-value-of-the-key-123" not in text and "header-value-456" not in text
+    # A literal credential nested anywhere in the kwargs, under any secret-like name: refused before any call.
+    pytester.makefile(".yaml", orbench=f"""
+        model: openai/orbench-mock
+        api_base: {mock.url}
+        litellm_kwargs:
+          extra_body:
+            metadata:
+              auth: literal-auth-value-789
+    """)
+    refused = subprocess.run([sys.executable, "-m", "pytest", "--orbench", "--orbench-sample", "3", "-p",
+                              "no:cacheprovider"], cwd=pytester.path, env=env, capture_output=True, text=True,
+                             timeout=300)
+    assert refused.returncode == 4, refused.stderr
+    assert "litellm_kwargs.extra_body.metadata.auth holds a literal credential" in refused.stderr
+    assert "literal-auth-value-789" not in refused.stdout + refused.stderr
