@@ -183,7 +183,8 @@ def check_comparable(baseline: BaselineDocument, run: RunMeta, prompt_hashes: di
     for name in sorted(set(old_sets) & set(new_sets)):
         for field in ("revision", "sha256"):
             if old_sets[name].get(field) != new_sets[name].get(field):
-                problems.append(f"{name} {field}: baseline {old_sets[name].get(field)}, this run {new_sets[name].get(field)}")
+                problems.append(f"{name} {field}: baseline {old_sets[name].get(field) or 'none'}, this run "
+                                f"{new_sets[name].get(field) or 'none'}")
     changed = [p["id"] for p in baseline["prompts"] if p["id"] in prompt_hashes and prompt_hashes[p["id"]] != p["prompt_sha256"]]
     if changed:
         shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")

@@ -16,13 +16,14 @@ from pytest_orbench.chart import mermaid, our_points, paper_points
 from pytest_orbench.records import NOT_REQUESTED, ResultsDocument, RunMeta, against_live_base
 from pytest_orbench.report import P_EXPLAINED, drift_lines, error_shown, pct, pp, rerun_command, verification_summary
 
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#!|~])")
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#!|~$])")  # $: GitHub's math ($...$, $$...$$) is off when escaped
 ICON = {"pass": "✅", "fail": "❌", "inconclusive": "⚠️", "ungated": "⚪"}
 MARKER = "<!-- pytest-orbench report -->"
 GITHUB_COMMENT_LIMIT = 65536  # characters in an issue comment or a job summary
 _WWW = re.compile(r"\b(www)\.", re.IGNORECASE)
 _SCHEME = re.compile(r":(?=//)")
 _ISSUE_REF = re.compile(r"(?<!&)#(?=\w)")  # not the # of an entity we wrote
+_GH_REF = re.compile(r"\b(GH)-(?=\d)", re.IGNORECASE)  # GH-45: GitHub links it to issue 45
 
 
 @dataclass(frozen=True)
@@ -62,9 +63,10 @@ def visible(text: str) -> str:
 def _unlink(text: str) -> str:
     """No autolink of any GFM kind and no GitHub reference: `www.` and `scheme://` lose their trigger
     (an escaped dot, an entity for the colon: the same text on screen), and a zero-width space after
-    `@` and `#` keeps e-mail links, @mentions and #123 references from forming."""
+    `@`, `#` and `GH` keeps e-mail links, @mentions, #123 and GH-123 references from forming."""
     text = _WWW.sub(r"\1\\.", text)
     text = _SCHEME.sub("&#58;", text)
+    text = _GH_REF.sub("\\1\u200b-", text)
     return _ISSUE_REF.sub("#\u200b", text.replace("@", "@\u200b"))
 
 

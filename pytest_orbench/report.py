@@ -29,6 +29,11 @@ VERDICTS = tuple(VERDICT_REFUSED)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
+def count(n: int, one: str, many: str) -> str:
+    """"1 reply", "2 replies"."""
+    return f"{n} {one if n == 1 else many}"
+
+
 def pct(rate: float | None) -> str:
     """Percentages with one decimal, as in `34.1%`."""
     return "n/a" if rate is None else f"{100 * rate:.1f}%"
@@ -236,9 +241,10 @@ def terminal_lines(run: RunMeta, summaries: dict[str, DatasetSummary], categorie
     if calls:
         lines.append("")
         lines.append(
-            f"calls: {calls['made']} made this run, {calls['stored']} replies from the store, "
-            f"{calls['errors'] - calls.get('not_requested', 0)} errors after retries"
-            + (f", {calls['not_requested']} prompts not asked (the calls had stopped)" if calls.get("not_requested") else "")
+            f"calls: {calls['made']} made this run, {count(calls['stored'], 'reply', 'replies')} from the store, "
+            f"{count(calls['errors'] - calls.get('not_requested', 0), 'error', 'errors')} after retries"
+            + (f", {count(calls['not_requested'], 'prompt', 'prompts')} not asked (the calls had stopped)"
+               if calls.get("not_requested") else "")
             + _shared_text(calls) + _spend_text(run.get("spend", {}).get("endpoint"))
             + (f"; {calls['fetched_not_run']} more fetched for prompts that did not run (stored; not counted here)"
                if calls.get("fetched_not_run") else "")
@@ -246,9 +252,11 @@ def terminal_lines(run: RunMeta, summaries: dict[str, DatasetSummary], categorie
     judged = run.get("judge_calls")
     if judged:
         lines.append(
-            f"judge: {judged['sent_to_llm']} replies went to the LLM judge ({term_safe(str(run['judge'].get('model')), 60)}), "
-            f"{judged['decided_without_llm']} decided without it; {judged['made']} judge calls made this run"
-            + (f", {judged['errors']} replies left without a judgement (judge errors)" if judged.get("errors") else "")
+            f"judge: {count(judged['sent_to_llm'], 'reply', 'replies')} went to the LLM judge "
+            f"({term_safe(str(run['judge'].get('model')), 60)}), {judged['decided_without_llm']} decided without it; "
+            f"{count(judged['made'], 'judge call', 'judge calls')} made this run"
+            + (f", {count(judged['errors'], 'reply', 'replies')} left without a judgement (judge errors)"
+               if judged.get("errors") else "")
             + _spend_text(run.get("spend", {}).get("judge"))
         )
     return lines
@@ -302,7 +310,7 @@ def change_lines(results: ResultsDocument) -> list[str]:
             old, new = change["baseline"], change["current"]
             if change["what"] == "system prompt sha256":
                 old, new = (str(v)[:12] if v else "none" for v in (old, new))
-            text = f"{old} → {new}"
+            text = f"{old if old not in (None, '') else 'none'} → {new if new not in (None, '') else 'none'}"
         lines.append(f"  changed: {term_safe(change['what'], 40)}: {term_safe(str(text), 200)}")
     return lines
 
@@ -358,7 +366,17 @@ def gate_lines(results: ResultsDocument, newly_limit: int = 20) -> list[str]:
         if not worse_ids:
             continue
         what = "newly refused" if summary["expected"] != "refuse" else "newly answered (texts withheld)"
-        lines.append(f"  {term_safe(name, 40)}: {len(worse_ids)} {what}:")
+        better = comparison["newly_answered"] if summary["expected"] != "refuse" else comparison["newly_refused"]
+        other = "newly answered" if summary["expected"] != "refuse" else "newly refused"
+        regression = next((c for c in gate["checks"] if c["kind"] == "regression" and c["dataset"] == name), None)
+        status = ""
+        if regression is not None and regression["outcome"] == "pass":
+            # A pass with flips in the regression direction says why they did not fail it.
+            adjusted = regression.get("p_adjusted")
+            alpha = regression.get("alpha")
+            status = (f"; not significant (Holm-adjusted p = {adjusted:.3g}, alpha {alpha:g})"
+                      if adjusted is not None and alpha is not None and adjusted >= alpha else "; within the tolerance")
+        lines.append(f"  {term_safe(name, 40)}: {len(worse_ids)} {what}, {better} {other}{status}:")
         for prompt_id in worse_ids[:newly_limit]:
             prompt: Mapping[str, Any] = by_id.get(prompt_id) or {}
             text = "" if summary["expected"] == "refuse" else "  " + term_safe(str(prompt.get("prompt", "")), 100)

@@ -92,6 +92,8 @@ class OrbenchPlugin:
         self.judge = make_judge(settings.judge, settings.judge_spec, keyword_model)
         self.datasets = self._load_datasets()
         self.baseline_refused: dict[str, bool | None] = {}
+        if self.baseline is not None and dry_run(config):
+            self.baseline = None  # --collect-only and the like compare nothing: exploring a new dataset needs no baseline
         if self.baseline is not None:
             hashes = {p.id: p.prompt_sha256 for d in self.datasets for p in d.prompts}
             try:  # refuse an incomparable baseline before any endpoint call

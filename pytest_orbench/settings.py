@@ -13,6 +13,7 @@ import hashlib
 import math
 import os
 import re
+import unicodedata
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -184,10 +185,15 @@ def load_yaml_file(path: Path) -> dict[str, Any]:
     """The mapping in an orbench.yaml; ValueError naming the file otherwise (no pytest needed)."""
     import yaml  # (~10 ms: a run configured by options alone never reads YAML)
 
+    if not path.is_file() and path.exists():
+        raise ValueError(f"config file {path} is not a regular file (a device, a folder): give the orbench.yaml to read")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ValueError(f"cannot read config file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"config file {path} is not UTF-8 text (byte {exc.start}: {exc.object[exc.start:exc.start + 1]!r}): "
+                         "save it as UTF-8 YAML") from None
     except yaml.YAMLError as exc:
         raise ValueError(f"config file {path} is not valid YAML: {exc}") from None
     if data is None:
@@ -357,8 +363,11 @@ def build_settings(config: pytest.Config) -> Settings:
     if config_opt:
         config_file: Path | None = Path(config.invocation_params.dir, config_opt)
         assert config_file is not None
-        if not config_file.is_file():
+        if not config_file.exists():
             raise _fail(f"--orbench-config {config_opt}: no such file")
+        if not config_file.is_file():
+            raise _fail(f"--orbench-config {config_opt} is not a regular file (a device such as /dev/null, a folder): "
+                        "give the orbench.yaml to read, or leave the option out")
     else:
         config_file = config.rootpath / "orbench.yaml"
         if not config_file.is_file():
@@ -427,6 +436,14 @@ def build_settings(config: pytest.Config) -> Settings:
     if values["update_baseline"] and not values["baseline"]:
         raise _fail("--orbench-update-baseline needs --orbench-baseline PATH (or baseline: in orbench.yaml) to write to")
     datasets = _datasets(values["datasets"], bases["datasets"])
+    for spec in datasets:
+        # The name is a node id pytest prints as it is (progress lines, summaries): no control, bidi or invisible
+        # character may reach the terminal through it.
+        if any(unicodedata.category(ch)[0] in ("C", "Z") and ch != " " for ch in spec.name):
+            from pytest_orbench.markdown import visible
+
+            raise _fail(f"dataset name {visible(spec.name)!r} holds control or invisible characters; rename it (its "
+                        "file, or the name given in datasets:)")
     try:
         # orbench.yaml's gate: beats [tool.pytest.ini_options] (orbench_alpha, ...), as every yaml key beats
         # the ini; a flag, or the same key at the top of orbench.yaml, beats gate:.
@@ -615,9 +632,15 @@ def _read_prompt(file: Path, label: str, shown: str, hint: str = "") -> str:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise _fail(f"{label}: cannot read it ({reason}){hint}") from None
     try:
-        return extract(text, split(shown)[0], key)
+        prompt = extract(text, split(shown)[0], key)
     except PromptFileError as exc:
         raise _fail(f"{label}: {exc}{hint}") from None
+    if not prompt.strip():
+        # An empty file would be sent as an empty system message: the model under test is not the one deployed.
+        raise _fail(f"{label}: it is empty, and would be sent as an empty system message; write the system prompt in "
+                    "it, or for no system prompt at all leave the setting out (system_prompt: '' sends an empty one "
+                    f"on purpose){hint}")
+    return prompt
 
 
 BASE_KEYS = ("model", "api_base", "api_key_env", "system_prompt", "system_prompt_file", "temperature", "max_tokens",

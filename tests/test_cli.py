@@ -101,7 +101,7 @@ def test_judge_eval_bad_input_makes_no_judge_call(files: Path, capsys: pytest.Ca
     for argv, message in (((*llm, "--concurrency", "0"), "--concurrency must be at least 1, got 0"),
                           ((*llm, "--against", "nope"), "--against: unknown judge 'nope'"),
                           ((*llm, "--store", "notes.txt"), "--store notes.txt is a file: the response store is a folder"),
-                          ((*llm, "--timeout", "0"), "--timeout must be a positive number of seconds, got 0.0")):
+                          ((*llm, "--timeout", "0"), "--timeout must be a number of seconds between 0 and 3600, got 0.0")):
         code, err = run(capsys, "judge-eval", "labelled.csv", *argv)
         assert code == 2 and message in err, err
     assert stats(mock.url)["requests"] == 0
@@ -140,7 +140,7 @@ def test_mock_server_on_a_port_in_use_says_so(files: Path, capsys: pytest.Captur
     (["--seeds", "seeds.csv", "--toxic-out", "set.csv"], "--out and --toxic-out both name *set.csv*"),
     (["--seeds", "seeds.csv", "--summary", "out"], "--summary *out is a folder*"),
     (["--seeds", "seeds.csv", "--store", "notes.txt"], "--store *notes.txt is a file*"),
-    (["--seeds", "seeds.csv", "--timeout", "0"], "generate.timeout must be a positive number of seconds, got 0.0"),
+    (["--seeds", "seeds.csv", "--timeout", "0"], "generate.timeout must be a number of seconds between 0 and 3600, got 0.0"),
 ])
 def test_generate_bad_input_fails_before_any_call(files: Path, capsys: pytest.CaptureFixture[str], mock: Any,
                                                   argv: list[str], message: str) -> None:

@@ -54,7 +54,7 @@ def test_gate_fails_stricter_and_looser_prompts_and_passes_the_same(pytester: py
     careful.stdout.fnmatch_lines([
         "orbench gate: FAIL",
         f"  FAIL: hard-1k regression (more refusals): *({newly_refused} regressed, 0 improved)*McNemar p = {p:.3g}*",
-        f"  hard-1k: {newly_refused} newly refused:",
+        f"  hard-1k: {newly_refused} newly refused, * newly answered:",
     ])
     data = load(pytester.path / "careful.json")
     comparison = data["datasets"]["hard-1k"]["comparison"]

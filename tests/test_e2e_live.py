@@ -40,7 +40,7 @@ def test_a_stricter_system_prompt_fails_live_with_the_exact_newly_refused_prompt
         "orbench gate: FAIL",
         "  changed: system prompt sha256: none → *",
         "  FAIL: mini regression (more refusals): +40.0 pp * on 30 paired prompts (12 regressed, 0 improved)*",
-        "  mini: 12 newly refused:",
+        "  mini: 12 newly refused, 0 newly answered:",
     ])
     data = load(pytester.path / "r.json")
     comparison = data["datasets"]["mini"]["comparison"]

@@ -125,7 +125,7 @@ def test_the_category_table_counts_every_toxic_prompt(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("values", "message"), [
     ({"outt": "x.csv"}, "unknown generate key 'outt': did you mean 'out'?"),
     ({"out": "o.csv", "rewriter": "openai/r", "moderators": ["openai/m"], "seeds": "s.csv", "timeout": float("inf")},
-     "generate.timeout must be a positive number of seconds, got inf"),
+     "generate.timeout must be a number of seconds between 0 and 3600, got inf"),
     ({"out": "o.csv", "rewriter": "openai/r", "moderators": ["openai/m"], "seeds": "s.csv",
       "dedupe_threshold": float("nan")}, "generate.dedupe_threshold must be at least 0.0 (and finite), got nan"),
     ({"rewriter": "openai/r", "moderators": ["openai/m"], "seeds": "s.csv"}, "no output file"),

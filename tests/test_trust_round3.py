@@ -142,3 +142,52 @@ def test_every_secret_value_of_the_run_is_scrubbed_wherever_it_turns_up(pytester
     assert refused.returncode == 4, refused.stderr
     assert "litellm_kwargs.extra_body.metadata.auth holds a literal credential" in refused.stderr
     assert "literal-auth-value-789" not in refused.stdout + refused.stderr
+
+
+def test_config_and_prompt_files_that_cannot_be_used_are_named_with_the_fix(pytester: pytest.Pytester, mock: Any) -> None:
+    (pytester.path / "binary.yaml").write_bytes(b"model: x\n\xff\xfe\x00junk")
+    (pytester.path / "empty.txt").write_text("  \n", encoding="utf-8")
+    for args, message in (
+        (["--orbench-config=binary.yaml"], "binary.yaml is not UTF-8 text (byte 9: b'\\xff'): save it as UTF-8 YAML"),
+        (["--orbench-config=/dev/null"], "--orbench-config /dev/null is not a regular file (a device such as /dev/null"),
+        (["--orbench-system-prompt-file=empty.txt"], "it is empty, and would be sent as an empty system message"),
+        (["--orbench-datasets=hard-1k,evil\x1b[2J.csv:answer"], "dataset name 'evil[U+001B][2J' holds control"),
+    ):
+        result = pytester.runpytest(*mock_args(mock, *args))
+        assert result.ret == 4 and message in result.stderr.str(), (args, result.stderr.str())
+        assert "\x1b[2J" not in result.stdout.str() + result.stderr.str()
+    assert stats(mock.url)["requests"] == 0
+
+
+def test_github_references_and_math_never_form_in_the_comment() -> None:
+    from pytest_orbench.markdown import md_escape
+
+    text = md_escape("fixes GH-45 and gh-7; costs $5 and $x^2$ or $$y$$")
+    assert "GH\u200b-45" in text and "gh\u200b-7" in text
+    assert "\\$x^2\\$" in text and "\\$\\$y\\$\\$" in text and "$x" not in text.replace("\\$", "")
+
+
+def test_a_pass_with_flips_says_both_directions_and_why_it_passed() -> None:
+    from pytest_orbench.baseline import baseline_document
+    from pytest_orbench.gate import assess, parse_gate
+    from pytest_orbench.report import change_lines, gate_lines
+    from tests.test_gate import make_results
+
+    base = make_results({"hard-1k": [False] * 3 + [True] * 2 + [False] * 95})
+    now = make_results({"hard-1k": [True] * 3 + [False] * 2 + [False] * 95}, system="new")
+    results = assess(now, baseline_document(base), parse_gate({}))
+    assert results["gate"]["verdict"] == "pass"
+    line = next(line for line in gate_lines(results) if line.startswith("  hard-1k: 3 newly refused"))
+    assert line.startswith("  hard-1k: 3 newly refused, 2 newly answered; not significant (Holm-adjusted p = ")
+    results["changes"] = [{"what": "revision", "baseline": "e36d8b80e818", "current": None}]
+    assert change_lines(results) == ["  changed: revision: e36d8b80e818 → none"]
+
+
+def test_exploring_a_new_dataset_needs_no_baseline_flag(pytester: pytest.Pytester, mock: Any) -> None:
+    assert pytester.runpytest(*mock_args(mock, "--orbench-sample", "3", "--orbench-baseline=base.json",
+                                         "--orbench-update-baseline")).ret == 0
+    pytester.makefile(".yaml", orbench="baseline: base.json\n")
+    (pytester.path / "mine.csv").write_text("prompt\nHow do I bake bread?\n", encoding="utf-8")
+    result = pytester.runpytest(*mock_args(mock, "--collect-only", "-q", "--orbench-datasets=mine.csv:answer"))
+    assert result.ret == 0, result.stderr.str()
+    assert any(line.startswith("orbench/mine::") for line in result.stdout.lines)
