@@ -395,12 +395,6 @@ def build_settings(config: pytest.Config) -> Settings:
             raise _fail(f"{key} must be at least {low}, got {values[key]}")
     if values["trials"] > MAX_TRIALS:
         raise _fail(f"trials must be at most {MAX_TRIALS} (each prompt is asked that many times), got {values['trials']}")
-    for key, (lowest, highest) in RANGES.items():
-        value = values.get(key)
-        if value is not None and not lowest <= value <= highest:
-            flag = BY_KEY[key].flag or key
-            raise _fail(f"{key} ({flag}) must be between {lowest:g} and {highest:g}, got {value:g}: a run with more would not "
-                        "end in any useful time against an endpoint that stopped answering")
     if values["max_cost"] is not None and values["max_cost"] <= 0:
         raise _fail(f"max_cost must be a positive number of US dollars, got {values['max_cost']}")
     if values["estimate_output_tokens"] < 1:
@@ -414,6 +408,15 @@ def build_settings(config: pytest.Config) -> Settings:
     if values["offline"] and values["refresh"]:
         raise _fail("--orbench-offline and --orbench-refresh contradict each other; pick one")
     batch = _batch(values)
+    for key, (lowest, highest) in RANGES.items():  # after the settings' own lower-bound messages
+        value = values.get(key)
+        if value is None or lowest <= value <= highest:
+            continue
+        flag, got = BY_KEY[key].flag or key, (str(value) if isinstance(value, int) else f"{value:g}")
+        if value > highest:
+            raise _fail(f"{key} ({flag}) must be between {lowest:g} and {highest:g}, got {got}: a run with more would not "
+                        "end in any useful time against an endpoint that stopped answering")
+        raise _fail(f"{key} ({flag}) must be between {lowest:g} and {highest:g}, got {got}")
 
     kwargs = values["litellm_kwargs"] or {}
     _check_secrets(kwargs, "litellm_kwargs", "api_key_env", values["offline"])

@@ -46,10 +46,11 @@ def test_annotations_show_control_characters_instead_of_obeying_them(tmp_path: P
 
 
 @pytest.mark.parametrize(("flag", "value", "message"), [
-    ("--orbench-retries", "1000000", "retries (--orbench-retries) must be between 0 and 20, got 1e+06"),
+    ("--orbench-retries", "1000000", "retries (--orbench-retries) must be between 0 and 20, got 1000000"),
     ("--orbench-timeout", "1e9", "timeout (--orbench-timeout) must be between 0.001 and 3600, got 1e+09"),
-    ("--orbench-concurrency", "100000000", "concurrency (--orbench-concurrency) must be between 1 and 1024, got 1e+08"),
+    ("--orbench-concurrency", "100000000", "concurrency (--orbench-concurrency) must be between 1 and 1024, got 100000000"),
     ("--orbench-max-tokens", "0", "max_tokens must be at least 1"),
+    ("--orbench-progress-every", "1e6", "progress_every (--orbench-progress-every) must be between 0 and 86400, got 1e+06"),
 ])
 def test_every_number_is_bounded_before_any_call(pytester: pytest.Pytester, mock: Any, flag: str, value: str,
                                                  message: str) -> None:
