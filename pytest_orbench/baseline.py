@@ -214,23 +214,27 @@ def check_comparable(baseline: BaselineDocument, run: RunMeta, prompt_hashes: di
         # said. Baselines written before these were recorded have neither, and say nothing.
         if key in old_judge and key in new_judge and old_judge[key] != new_judge[key]:
             changes.append({"what": label, "baseline": old_judge[key], "current": new_judge[key]})
-    changes += served_changes(old_run.get("served"), run.get("served"), str(run.get("endpoint")))
+    changes += served_changes(old_run.get("served"), run.get("served"), str(old_run.get("endpoint")), str(run.get("endpoint")))
     return changes
 
 
-def served_changes(old: dict[str, Any] | None, new: dict[str, Any] | None, endpoint: str) -> list[dict[str, Any]]:
+def served_changes(old: dict[str, Any] | None, new: dict[str, Any] | None, old_endpoint: str,
+                   endpoint: str) -> list[dict[str, Any]]:
     """What the provider changed on its own: the served model version or the system fingerprint, even
-    under the same model string ("openai/gpt-4o served gpt-4o-2024-08-06 → gpt-4o-2024-11-20")."""
+    under the same model string ("gpt-4o-2024-08-06 → gpt-4o-2024-11-20 (both openai/gpt-4o)"). Each
+    served version is named with the endpoint that served it: a new model string serves its own."""
     if not old or not new:
         return []  # not known on one side (a baseline from before this was recorded, or before any reply)
     changes = []
     for key, label in (("models", "served model"), ("system_fingerprints", "system fingerprint")):
-        before, after = sorted(old.get(key) or {}), sorted(new.get(key) or {})
-        if before and after and before != after:
-            changes.append({"what": label, "baseline": ", ".join(before), "current": ", ".join(after),
-                            "message": f"{endpoint} served {', '.join(before)} → {', '.join(after)}"
-                            if key == "models" else f"{endpoint} system fingerprint {', '.join(before)} → "
-                            f"{', '.join(after)}"})
+        before, after = ", ".join(sorted(old.get(key) or {})), ", ".join(sorted(new.get(key) or {}))
+        if not before or not after or before == after:
+            continue
+        if old_endpoint == endpoint:
+            message = f"{before} → {after} (both {endpoint})"
+        else:
+            message = f"{before} (baseline's {old_endpoint}) → {after} ({endpoint})"
+        changes.append({"what": label, "baseline": before, "current": after, "message": message})
     return changes
 
 

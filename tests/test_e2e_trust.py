@@ -229,8 +229,8 @@ def test_a_provider_update_behind_the_same_name_is_caught_once_the_store_is_too_
     fresh.stdout.fnmatch_lines([
         "orbench: 30 prompts, 0 stored, 30 to fetch*(30 stored replies older than 1s are asked again)",
         "orbench gate: FAIL",
-        "  changed: served model: openai/orbench-mock served orbench-mock-2026-01-15 → orbench-mock-2026-03-01",
-        "  changed: system fingerprint: *fp_orbench_1 → fp_orbench_2",
+        "  changed: served model: orbench-mock-2026-01-15 → orbench-mock-2026-03-01 (both openai/orbench-mock)",
+        "  changed: system fingerprint: fp_orbench_1 → fp_orbench_2 (both openai/orbench-mock)",
     ])
     data = load(pytester.path / "r.json")
     assert data["datasets"]["mini"]["comparison"]["newly_refused"] >= 10

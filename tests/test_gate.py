@@ -539,14 +539,29 @@ def test_a_partly_shared_baseline_compares_what_it_can_and_says_what_not() -> No
 def test_served_model_change_is_named_even_under_the_same_model_string() -> None:
     old = make_results({"hard-1k": [False] * 10})
     old["run"]["served"] = {"models": {"gpt-4o-2024-08-06": 10}, "system_fingerprints": {"fp_a": 10}}
+    old["run"]["endpoint"] = "openai/gpt-4o"
     now = make_results({"hard-1k": [False] * 10})
     now["run"]["served"] = {"models": {"gpt-4o-2024-11-20": 10}, "system_fingerprints": {"fp_b": 10}}
     now["run"]["endpoint"] = "openai/gpt-4o"
     results = assess(now, baseline_document(old), parse_gate({}))
     served = next(c for c in results["changes"] if c["what"] == "served model")
-    assert served["message"] == "openai/gpt-4o served gpt-4o-2024-08-06 → gpt-4o-2024-11-20"
-    assert any(c["what"] == "system fingerprint" for c in results["changes"])
-    assert "openai/gpt-4o served gpt-4o-2024-08-06 → gpt-4o-2024-11-20" in render_markdown(results)
+    assert served["message"] == "gpt-4o-2024-08-06 → gpt-4o-2024-11-20 (both openai/gpt-4o)"
+    fingerprint = next(c for c in results["changes"] if c["what"] == "system fingerprint")
+    assert fingerprint["message"] == "fp_a → fp_b (both openai/gpt-4o)"  # said once, not "system fingerprint" twice
+    assert r"served model: gpt-4o-2024-08-06 → gpt-4o-2024-11-20 \(both openai/gpt-4o\)" in render_markdown(results)
+
+
+def test_a_served_version_is_named_with_the_endpoint_that_served_it() -> None:
+    # "openai/orc-r12 served orc-r10-2025-01 -> orc-r12-2025-06" gave the old version to the new model.
+    old = make_results({"hard-1k": [False] * 10})
+    old["run"]["served"] = {"models": {"orc-r10-2025-01": 10}}
+    old["run"]["endpoint"] = "openai/orc-r10"
+    now = make_results({"hard-1k": [False] * 10})
+    now["run"]["served"] = {"models": {"orc-r12-2025-06": 10}}
+    now["run"]["endpoint"] = "openai/orc-r12"
+    results = assess(now, baseline_document(old), parse_gate({}))
+    served = next(c for c in results["changes"] if c["what"] == "served model")
+    assert served["message"] == "orc-r10-2025-01 (baseline's openai/orc-r10) → orc-r12-2025-06 (openai/orc-r12)"
 
 
 def test_another_api_base_is_named_not_reported_as_the_same_endpoint() -> None:
