@@ -8,7 +8,7 @@ junitxml plugin is), never on a worker: workers send their records in the test r
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Generator, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -421,6 +421,33 @@ class RunResults:
         report = pytest.TestReport(nodeid="orbench gate", location=("orbench", None, "orbench gate"), keywords={},
                                    outcome="failed", longrepr=term_safe(why, 300), when="call")
         terminalreporter.stats.setdefault("failed", []).append(report)
+
+
+class ErrorDigest:
+    """pytest lists every errored test twice, in its ERRORS section and in the short summary: a dead endpoint
+    made 1,974 prompt errors, about 6,000 lines of the same connection error that buried the gate. The first
+    SHOWN_ERRORS prompt errors are listed, then one line counts the rest (-vv lists them all). Only the
+    listing is cut: the outcome counts, the exit status, JUnit and the results keep every one."""
+
+    SHOWN_ERRORS = 10
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)  # around the terminal reporter's own: before its sections, after its summary
+    def pytest_terminal_summary(self, terminalreporter: Any) -> Generator[None]:
+        errors: list[Any] = terminalreporter.stats.get("error", [])
+        ours = [r for r in errors if str(getattr(r, "nodeid", "")).startswith("orbench/")]
+        hidden = ours[self.SHOWN_ERRORS:] if terminalreporter.config.get_verbosity() < 2 else []
+        if not hidden:
+            return (yield)
+        left_out = {id(r) for r in hidden}
+        terminalreporter.stats["error"] = [r for r in errors if id(r) not in left_out]
+        try:
+            return (yield)
+        finally:
+            terminalreporter.stats["error"] = errors  # pytest's last line counts every one
+            terminalreporter.write_line(
+                f"... and {len(hidden):,} more prompt errors not listed above (the first {self.SHOWN_ERRORS} are; -vv lists "
+                "all): the summary's errors column counts them, the gate names the most common error, and the results "
+                "JSON has each one", yellow=True)
 
 
 def _endpoint_error(record: Mapping[str, Any]) -> int:

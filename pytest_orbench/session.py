@@ -50,7 +50,7 @@ from pytest_orbench.records import (
 )
 from pytest_orbench.refusal_model import load_model
 from pytest_orbench.report import header_line
-from pytest_orbench.results import RunResults, dry_run
+from pytest_orbench.results import ErrorDigest, RunResults, dry_run
 from pytest_orbench.settings import Settings
 from pytest_orbench.spec import calls_go_to, kwargs_endpoint, redact_url
 from pytest_orbench.store import StoreError, response_key
@@ -117,6 +117,7 @@ class OrbenchPlugin:
             self.coordinator.on_wait = self.progress.waiting
             # The records come to the controller in the test reports.
             config.pluginmanager.register(RunResults(self), "orbench-results")
+            config.pluginmanager.register(ErrorDigest(), "orbench-error-digest")
         self._key_fields: dict[tuple[int, int], dict[str, Any]] = {}  # (configuration, trial) -> what keys hash
         self._requests: dict[str, Requests] = {}  # node id -> every call its test needs
         self._prompt_ids: dict[str, str] = {}  # node id -> prompt id

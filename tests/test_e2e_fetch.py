@@ -40,6 +40,12 @@ def test_an_endpoint_on_a_closed_port_stops_every_call_at_once(pytester: pytest.
     assert errors <= {first, f"not requested: {first} (no prompt was answered, so no more calls are made)"}
     assert data["run"]["calls"]["errors"] == 1974 and data["gate"]["verdict"] == "inconclusive"
     assert "HTTP 500" not in result.stdout.str()  # nothing claims a server answered
+    # 1,974 errors were listed twice (ERRORS and the short summary: ~6,000 lines): the first 10, then a count.
+    lines = result.stdout.lines
+    assert sum(line.startswith("ERROR orbench/") for line in lines) == 10
+    assert sum(" ERROR at setup of " in line for line in lines) == 10
+    result.stdout.fnmatch_lines(["... and 1,964 more prompt errors not listed above (the first 10 are; -vv lists all)*"])
+    assert result.parseoutcomes()["errors"] == 1974  # pytest's own count keeps every one
 
 
 def test_an_unknown_host_is_one_message_naming_it(pytester: pytest.Pytester) -> None:
@@ -47,6 +53,10 @@ def test_an_unknown_host_is_one_message_naming_it(pytester: pytest.Pytester) -> 
                                 "http://no-such-host.invalid/v1", "-p", "no:cacheprovider", "--orbench-sample", "20")
     result.stdout.fnmatch_lines(["*DNS lookup failed for no-such-host.invalid*"])
     assert result.parseoutcomes()["errors"] == 40
+    everything = pytester.runpytest("--orbench", "--orbench-model", "openai/orbench-mock", "--orbench-api-base",
+                                    "http://no-such-host.invalid/v1", "-p", "no:cacheprovider", "--orbench-sample", "6", "-vv")
+    assert sum(line.startswith("ERROR orbench/") for line in everything.stdout.lines) == 12  # -vv lists every error
+    assert "more prompt errors not listed" not in everything.stdout.str()
 
 
 def test_a_model_string_without_a_provider_is_a_usage_error_before_any_call(pytester: pytest.Pytester, mock: Any) -> None:
