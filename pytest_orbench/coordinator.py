@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytest_orbench.client import no_visible_text
-from pytest_orbench.fetcher import DRAIN, FetchLoop, Job, Outcome, ThreadFetcher, Waiter
+from pytest_orbench.fetcher import DRAIN, RETRY_WAIT, FetchLoop, Job, Outcome, ThreadFetcher, Waiter
 from pytest_orbench.judge import Judge
 from pytest_orbench.judge_calls import judge_key
 from pytest_orbench.store import Store, StoreError
@@ -320,12 +320,17 @@ class Coordinator:
         state = self.store.run_state(self.run_id)
         if state is None or state["finished"] or not state["total"]:
             return None
-        if state["note"]:  # provider batches: their states say more than a rate
-            return f"orbench: {state['note']}; {state['errors']} errors so far"
+        note = state["note"] or ""
+        if note and not note.startswith(RETRY_WAIT):  # provider batches: their states say more than a rate
+            return f"orbench: {note}; {state['errors']} errors so far"
         done, total = state["done"], state["total"]
         elapsed = max(1e-6, time.time() - state["started"])
         rate = done / elapsed
         eta = f"ETA {(total - done) / rate:.0f} s" if rate > 0 else "ETA unknown"
+        waiting, _, until = note.removeprefix(RETRY_WAIT).partition(" ")
+        if note and until and float(until) > time.time():  # the rate before a Retry-After of 60 s said "ETA 2 s"
+            eta = (f"{waiting} {'request waits' if waiting == '1' else 'requests wait'} up to "
+                   f"{float(until) - time.time():.0f} s more to be retried (the endpoint's Retry-After, or backoff)")
         return (f"orbench: {done}/{total} replies ({100 * done / total:.0f}%), {rate:.1f}/s, {eta}, "
                 f"{state['errors']} errors so far")
 

@@ -41,6 +41,10 @@ UNUSABLE_STOP = 5  # this many replies without text (max_tokens too low) before 
 # concurrency 4: 4 minutes of refused connections; 1,974 prompts hung at concurrency 8: ~20 hours). Prompts
 # that take longer than the timeout between prompts that are answered (a slow model) go on.
 GONE_STOP = 5
+# A retry wait this long (an endpoint's Retry-After of 60 s, a long backoff) is noted in the run's state, so the
+# progress line says the run waits rather than an ETA of 2 s made from the rate before the wait.
+LONG_WAIT = 5.0
+RETRY_WAIT = "retry-wait "  # the note's prefix: "retry-wait <requests waiting> <epoch seconds the last one wakes>"
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,7 @@ class FetchLoop:
         self._dead: dict[int, str] = {}
         self._unusable: Counter[int] = Counter()  # replies with no text at max_tokens while none was usable
         self._unreachable: Counter[int] = Counter()  # prompts in a row unreachable or timed out since the last reply (GONE_STOP)
+        self._waking: dict[int, float] = {}  # id of each long retry wait -> when it ends (epoch seconds)
         self._last_answer: dict[int, float] = {}  # monotonic time of each configuration's last reply
         self._pending_records: list[tuple[str, dict[str, Any]]] = []
         self._pending_outcomes: list[tuple[str, Outcome]] = []
@@ -165,6 +170,26 @@ class FetchLoop:
     def note(self, text: str | None) -> None:
         self.store.note(self.run_id, text, self.shard)
 
+    async def _retry_wait(self, seconds: float) -> None:
+        """The wait before a retry; a long one is noted for the progress line while it lasts."""
+        if seconds < LONG_WAIT:
+            await asyncio.sleep(seconds)
+            return
+        token = object()
+        self._waking[id(token)] = time.time() + seconds
+        self._note_waits()
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            del self._waking[id(token)]
+            self._note_waits()
+
+    def _note_waits(self) -> None:
+        try:
+            self.note(f"{RETRY_WAIT}{len(self._waking)} {max(self._waking.values()):.1f}" if self._waking else None)
+        except (OSError, sqlite3.Error):
+            pass  # only the progress line's: the next flush meets the store's trouble and says it
+
     async def _worker(self, queue: asyncio.Queue[Job], stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
@@ -194,7 +219,7 @@ class FetchLoop:
             started = time.monotonic()
             try:
                 reply, attempts, seconds = await call_with_retries(
-                    caller, job.prompt, self.retries,
+                    caller, job.prompt, self.retries, sleep=self._retry_wait,
                     should_retry=lambda e: job.config not in self._dead and e.worth_retrying(self._answered[job.config]))
             except EndpointError as exc:
                 # A prompt whose every attempt timed out, with nothing answered yet: a hung endpoint (it took

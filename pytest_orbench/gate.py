@@ -315,7 +315,7 @@ def mark_stopped(gate: GateResult, reason: str, stored: int = 0) -> None:
     """A run that stopped early (-x, --maxfail, Ctrl-C, a crash) checked only what ran: its verdict is
     inconclusive, never a pass or ungated (a regression already found still fails). `stored`: replies
     fetched for prompts that did not run (paid for, stored for the next run)."""
-    gate["checks"].insert(0, _check("run completed", "", "completeness", None, 1.0, "inconclusive",
+    gate["checks"].insert(0, _check("completeness", "", "completeness", None, 1.0, "inconclusive",
                                     f"{reason}: the prompts that did not run were not checked"
                                     + (f"; {stored} replies fetched for them are stored, and the next run reuses them"
                                        if stored else "")))

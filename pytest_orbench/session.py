@@ -410,7 +410,7 @@ class OrbenchPlugin:
 
     def store_failed(self, item: PromptItem, exc: StoreError) -> NoReturn:
         """The store failed under a test (damaged since the run began): the run stops with its message, which
-        the gate's "run completed" check quotes (inconclusive); never an internal error."""
+        the gate's "completeness" check quotes (inconclusive); never an internal error."""
         message = _unusable_store(exc)
         item.session.shouldstop = message
         if not any(name == "orbench" for name, _ in item.user_properties):

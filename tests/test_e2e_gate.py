@@ -258,6 +258,6 @@ def test_a_prompt_whose_xdist_worker_crashed_leaves_the_gate_inconclusive(pytest
     result = pytester.runpytest_subprocess(*mock_args(mock, *args, "-n", "2"))
     result.stdout.fnmatch_lines(["*worker 'gw*' crashed while running 'orbench/*",
                                  "orbench gate: INCONCLUSIVE",
-                                 "  INCONCLUSIVE: run completed: no result came back for 1 of the run's 10 selected prompts "
+                                 "  INCONCLUSIVE: completeness: no result came back for 1 of the run's 10 selected prompts "
                                  "(*: an xdist worker that crashed running it?)*"])
     assert result.ret == 1

@@ -34,7 +34,7 @@ def test_your_failing_test_after_every_prompt_ran_under_x_leaves_the_run_complet
     assert outcomes["failed"] == 1 and outcomes.get("passed", 0) + outcomes.get("xfailed", 0) == 10
     # Every prompt ran before -x stopped the session: nothing is unchecked, so the baseline is written.
     result.stdout.fnmatch_lines(["baseline updated: *b.json (review and commit it)"])
-    result.stdout.no_fnmatch_line("*run completed*")
+    result.stdout.no_fnmatch_line("*INCONCLUSIVE: completeness*")
     gate = load(pytester.path / "r.json")["gate"]
     assert [c["name"] for c in gate["checks"] if c["kind"] == "completeness"] == []
     assert (pytester.path / "b.json").is_file()
@@ -50,7 +50,7 @@ def test_a_run_stopped_by_x_counts_the_prompts_it_selected(pytester: pytest.Pyte
     assert result.ret == (pytest.ExitCode.TESTS_FAILED if workers == "0" else pytest.ExitCode.INTERRUPTED)
     # 5 of the 10 sampled prompts were selected (-k hard-1k); -x stopped the run after 2 of them (one process).
     ran = "2" if workers == "0" else "*"
-    result.stdout.fnmatch_lines([f"*INCONCLUSIVE: run completed: the run * after {ran} of 5 prompts*"])
+    result.stdout.fnmatch_lines([f"*INCONCLUSIVE: completeness: the run * after {ran} of 5 prompts*"])
     assert load(pytester.path / "r.json")["gate"]["verdict"] == "inconclusive"
 
 
@@ -144,7 +144,7 @@ def test_a_run_stopped_by_x_counts_the_replies_fetched_for_prompts_that_did_not_
     stopped.stdout.fnmatch_lines([
         "calls: 2 made this run, 0 replies from the store, 0 errors after retries*; 8 more fetched for prompts that "
         "did not run (stored; not counted here)",
-        "*INCONCLUSIVE: run completed: the run stopped early (stopping after 1 failures) after 2 of 10 prompts: the "
+        "*INCONCLUSIVE: completeness: the run stopped early (stopping after 1 failures) after 2 of 10 prompts: the "
         "prompts that did not run were not checked; 8 replies fetched for them are stored, and the next run reuses them"])
     assert load(pytester.path / "r.json")["run"]["calls"]["fetched_not_run"] == 8
     pytester.makeconftest("")

@@ -99,7 +99,7 @@ def test_interrupted_run_never_writes_or_changes_a_baseline(pytester: pytest.Pyt
     # 15 of 40 prompts compared: the verdict says so, never a pass.
     assert load(pytester.path / "r.json")["gate"]["verdict"] == "inconclusive"
     interrupted.stdout.fnmatch_lines(["orbench gate: INCONCLUSIVE",
-                                      "*INCONCLUSIVE: run completed: the run was interrupted after * of 40 prompts*"])
+                                      "*INCONCLUSIVE: completeness: the run was interrupted after * of 40 prompts*"])
     fresh = pytester.runpytest_subprocess(*mock_args(mock, "--orbench-sample", "20", "--orbench-baseline", "new.json",
                                                      "--orbench-update-baseline", "--orbench-refresh"))
     assert fresh.ret == pytest.ExitCode.INTERRUPTED and not (pytester.path / "new.json").exists()
@@ -120,7 +120,7 @@ def test_a_run_stopped_by_x_is_inconclusive_not_a_pass(pytester: pytest.Pytester
     pytester.makeconftest(raise_at_call(10))
     stopped = pytester.runpytest(*mock_args(mock, *common, "-x", "--orbench-json", "r.json"))
     assert stopped.ret == pytest.ExitCode.TESTS_FAILED
-    stopped.stdout.fnmatch_lines(["orbench gate: INCONCLUSIVE", "*INCONCLUSIVE: run completed: the run stopped early "
+    stopped.stdout.fnmatch_lines(["orbench gate: INCONCLUSIVE", "*INCONCLUSIVE: completeness: the run stopped early "
                                   "(stopping after 1 failures) after 9 of 40 prompts*"])
     assert load(pytester.path / "r.json")["gate"]["verdict"] == "inconclusive"
 

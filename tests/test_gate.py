@@ -155,7 +155,7 @@ def test_a_run_that_stopped_early_is_inconclusive_unless_it_already_failed() -> 
     results = assess(make_results({"hard-1k": [False] * 200}), base, parse_gate({}))
     mark_stopped(results["gate"], "the run stopped early (stopping after 1 failures) after 65 of 200 prompts")
     assert results["gate"]["verdict"] == "inconclusive" and not results["gate"]["passed"]
-    assert results["gate"]["checks"][0]["name"] == "run completed"
+    assert results["gate"]["checks"][0]["name"] == "completeness"
     failed = assess(make_results({"hard-1k": [True] * 8 + [False] * 192}), base, parse_gate({}))
     mark_stopped(failed["gate"], "the run was interrupted after 120 of 200 prompts")
     assert failed["gate"]["verdict"] == "fail"

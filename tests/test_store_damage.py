@@ -87,7 +87,7 @@ def test_damage_met_during_the_run_stops_it_inconclusive(pytester: pytest.Pytest
     assert "INTERNALERROR" not in result.stdout + result.stderr
     results = load(pytester.path / "r.json")
     assert results["gate"]["verdict"] == "inconclusive"
-    (check,) = [c for c in results["gate"]["checks"] if c["name"] == "run completed"]
+    (check,) = [c for c in results["gate"]["checks"] if c["name"] == "completeness"]
     assert "is damaged" in check["message"] and "delete that file (or move it aside)" in check["message"]
     assert "judge keyword failed" not in result.stdout  # the store's fault, not the judge's
     assert "2 failed" in result.stdout and "the run stopped early (pytest-orbench: the response store" in check["message"]

@@ -192,3 +192,21 @@ def test_exploring_a_new_dataset_needs_no_baseline_flag(pytester: pytest.Pyteste
     result = pytester.runpytest(*mock_args(mock, "--collect-only", "-q", "--orbench-datasets=mine.csv:answer"))
     assert result.ret == 0, result.stderr.str()
     assert any(line.startswith("orbench/mine::") for line in result.stdout.lines)
+
+
+def test_progress_says_the_run_waits_for_a_retry_after_not_an_eta(pytester: pytest.Pytester,
+                                                                   mock_factory: Any) -> None:
+    # During a 60 s Retry-After the progress said "ETA 2 s", from the rate before the wait.
+    import re
+
+    server = mock_factory(fault_rate=1.0, faults=("429",), retry_after=6)
+    result = pytester.runpytest_subprocess(*mock_args(server, "--orbench-sample", "4", "--orbench-concurrency", "4",
+                                                      "--orbench-datasets", "toxic", "--orbench-progress-every", "1",
+                                                      "-v"), timeout=240)
+    assert result.ret == 0, result.outlines[-20:]
+    lines = [line for line in result.outlines if line.startswith("orbench: ") and " replies (" in line]
+    waiting = [line for line in lines if re.search(r", \d+ requests? waits? up to \d+ s more to be retried \(the "
+                                                  r"endpoint's Retry-After, or backoff\), 0 errors so far$", line)]
+    assert waiting, lines
+    assert not any("ETA" in line for line in waiting)
+    assert stats(server.url)["faults"] == {"429": 4}  # each prompt's first attempt, then its retry 6 s later
