@@ -5,7 +5,9 @@
   second, and erased (backspaces, so pytest's coloured output stays as it was) before pytest writes
   again. Nothing is left behind in the scrollback.
 - Otherwise (CI logs, pipes): a line of its own every `progress_every` seconds (10 by default; three
-  times as long with -q; none with -qq or progress_every 0).
+  times as long with -q; none with -qq or progress_every 0), written where pytest's line is complete
+  (after a row of dots and its percentage, after a -v result) so that no row is split; a row that
+  stays open OVERDUE seconds longer (a stalled endpoint) gets the line anyway.
 
 Under xdist the controller fetches and the workers wait, so nothing reaches the controller while
 every worker waits: a thread there shows the progress once no test has finished for a second
@@ -24,6 +26,7 @@ import pytest
 
 IN_PLACE_EVERY = 1.0  # seconds between updates of the status on a terminal
 IDLE = 1.0  # xdist controller: no result for this long means every worker waits
+OVERDUE = 30.0  # logs: seconds a due progress line waits at most for the end of pytest's row
 
 
 class ProgressDisplay:
@@ -36,6 +39,7 @@ class ProgressDisplay:
         self._shown = 0  # characters of status now at the end of the current line
         self._last = time.monotonic()  # of the last status update or line
         self._last_result = time.monotonic()
+        self._due_since = 0.0  # logs: when a progress line fell due while pytest's row was open
         self._thread: threading.Thread | None = None
         self._stopping = threading.Event()
 
@@ -65,6 +69,11 @@ class ProgressDisplay:
         if not (in_place and (now - self._last >= IN_PLACE_EVERY or not self._shown)
                 or not in_place and self.every and now - self._last >= self.every):
             return
+        if not in_place and self._mid_row(reporter):
+            self._due_since = self._due_since or now
+            if now - self._due_since < OVERDUE:
+                return  # the next result that ends pytest's row writes it
+        self._due_since = 0.0
         text = self.source()
         if text is None and not self._shown:
             return
@@ -74,6 +83,13 @@ class ProgressDisplay:
             elif text is not None:
                 reporter.write_line(text)
             self._last = now
+
+    def _mid_row(self, reporter: Any) -> bool:
+        """Whether pytest's current line is a row still being written (dots to come, a -v test's result)."""
+        if reporter.currentfspath == -2:  # pytest's mark of a -v line that is complete
+            return False
+        tw = self.config.get_terminal_writer()
+        return 0 < tw.width_of_current_line < tw.fullwidth - 1  # a complete row ends with its percentage
 
     def done_waiting(self) -> None:
         """Before pytest writes again: the status goes."""

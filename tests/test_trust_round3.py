@@ -210,3 +210,21 @@ def test_progress_says_the_run_waits_for_a_retry_after_not_an_eta(pytester: pyte
     assert waiting, lines
     assert not any("ETA" in line for line in waiting)
     assert stats(server.url)["faults"] == {"429": 4}  # each prompt's first attempt, then its retry 6 s later
+
+
+def test_progress_lines_in_logs_never_split_a_row_of_dots(pytester: pytest.Pytester, mock_factory: Any) -> None:
+    # In CI logs a progress line came in the middle of pytest's dot row, which went on, without its file
+    # name, on the next line.
+    import re
+
+    server = mock_factory(latency=0.2)  # 150 prompts, 4 at a time: about 7.5 s, two full rows and a part
+    result = pytester.runpytest_subprocess(*mock_args(server, "--orbench-sample", "150", "--orbench-concurrency", "4",
+                                                      "--orbench-datasets", "toxic", "--orbench-progress-every", "1"),
+                                           timeout=240)
+    assert result.ret == 0, result.outlines[-20:]
+    progress = [i for i, line in enumerate(result.outlines) if line.startswith("orbench: ") and " replies (" in line]
+    assert progress, result.outlines
+    rows = [line for line in result.outlines if re.fullmatch(r"(orbench/toxic )?[.xEF]+ *(\[ *\d+%\])?", line)]
+    assert len(rows) >= 3 and all(row.startswith("orbench/toxic ") and row.endswith("%]") for row in rows), rows
+    before = [next(line for line in reversed(result.outlines[:i]) if line.strip()) for i in progress]
+    assert all(re.search(r"\[ *\d+%\]$", line) or line.startswith("orbench: ") for line in before), result.outlines
