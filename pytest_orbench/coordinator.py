@@ -142,7 +142,8 @@ class Coordinator:
         its close a WAL checkpoint): the configure-time check, `preview` and `begin` share it; `stop` closes it.
         `on_locked`: see `Store`."""
         if self.store is None:
-            self.store = Store(self.settings.store, on_locked, check=True)  # a damaged store: refused before any call
+            # A damaged store is refused before any call; offline, a read-only one is read.
+            self.store = Store(self.settings.store, on_locked, check=True, read_only=self.settings.offline)
         return self.store
 
     def preview(self, requests: list[Request]) -> Plan:

@@ -579,7 +579,7 @@ def _check_files(s: Settings, prompt_file: Path | None) -> None:
     from pytest_orbench.jsonfile import output_problem
     from pytest_orbench.store import store_problem
 
-    problem = store_problem(s.store, "--orbench-store")
+    problem = store_problem(s.store, "--orbench-store", offline=s.offline)
     update = s.baseline if s.update_baseline else None
     outputs = {"--orbench-json": s.json, "--orbench-markdown": s.markdown, "--orbench-html": s.html, "--orbench-svg": s.svg,
                "--orbench-junit": s.junit, "--orbench-baseline (--orbench-update-baseline)": update}

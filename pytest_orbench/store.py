@@ -6,6 +6,7 @@ pytest process of the run (xdist workers too) reads them. SQLite in WAL mode: re
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import json
@@ -102,13 +103,19 @@ def _with_age(text: str, created: float) -> dict[str, Any]:
     return record
 
 
-def store_problem(directory: Path, label: str) -> str | None:
-    """Why `directory` cannot hold a store (named by the option `label`), found before any call; None if it can."""
+def store_problem(directory: Path, label: str, offline: bool = False) -> str | None:
+    """Why `directory` cannot hold a store (named by the option `label`), found before any call; None if it can.
+    `offline` (--orbench-offline): a store that is there is only read, and may be read-only."""
     above = nearest_existing(directory)
     if not above.is_dir():
         what = "is a file" if above == directory else f"is inside {above}, which is a file"
         return f"{label} {directory} {what}: the response store is a folder; give a folder path (default .orbench)"
     if not os.access(above, os.W_OK | os.X_OK):
+        if offline and (directory / STORE_FILE).is_file():
+            return None
+        if _read_only_file_system(above):
+            return (f"{label} {directory}: cannot write in {above}: its file system is mounted read-only; give a folder "
+                    "you can write" + ("" if offline else ", or add --orbench-offline to use the replies it holds"))
         return f"{label} {directory}: cannot write in {above} (permission denied); give a folder you can write"
     return None
 
@@ -159,6 +166,27 @@ def _damaged(method: Callable[P, R]) -> Callable[P, R]:
     return guarded
 
 
+def _read_only_file_system(directory: Path) -> bool:
+    """Whether the folder (or the nearest existing one above it) is on a file system mounted read-only."""
+    for folder in (directory, *directory.parents):
+        if folder.exists():
+            try:
+                return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+            except OSError:
+                return False
+    return False
+
+
+def _cannot_write(directory: Path, exc: BaseException) -> bool:
+    """Whether `exc` says the store could not be written to (rather than read, or damaged)."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
+    reason = str(exc)
+    return (isinstance(exc, sqlite3.OperationalError)
+            and any(words in reason for words in ("readonly database", "unable to open database file", "disk I/O error"))
+            or _read_only_file_system(directory))
+
+
 def unusable(directory: Path, exc: BaseException) -> StoreError:
     """`exc` (OSError, sqlite3.Error) as a StoreError naming the folder and, if SQLite does not, why."""
     reason = str(exc) or type(exc).__name__
@@ -175,7 +203,11 @@ def unusable(directory: Path, exc: BaseException) -> StoreError:
                            f"{reason}, still after {BUSY_SECONDS:g} s): end the process holding it (a sqlite3 shell "
                            "with a transaction open, a backup, another run writing this store), or point "
                            "--orbench-store elsewhere")
-    if isinstance(exc, sqlite3.Error) and directory.is_dir() and not os.access(directory, os.W_OK):
+    if isinstance(exc, (OSError, sqlite3.Error)) and _read_only_file_system(directory):
+        # EROFS reads "permission denied" in some layers, and SQLite says "attempt to write a readonly database".
+        reason += (" (the file system is mounted read-only: point --orbench-store at a writable folder, or add "
+                   "--orbench-offline to use the replies it holds without writing)")
+    elif isinstance(exc, sqlite3.Error) and directory.is_dir() and not os.access(directory, os.W_OK):
         reason += " (the folder is not writable)"
     return StoreError(f"the response store {directory} cannot be written: {reason}")
 
@@ -183,22 +215,46 @@ def unusable(directory: Path, exc: BaseException) -> StoreError:
 class Store:
     """SQLite in WAL mode: each reply is committed as it arrives, so a killed run loses nothing paid for."""
 
-    def __init__(self, directory: Path, on_locked: Callable[[str], None] | None = None, check: bool = False) -> None:
+    def __init__(self, directory: Path, on_locked: Callable[[str], None] | None = None, check: bool = False,
+                 read_only: bool = False) -> None:
         """`on_locked`: told, before the wait, when another process holds the write lock (the opening then
         waits up to BUSY_SECONDS for it, and fails naming it). `check`: read every page once (PRAGMA
         quick_check, ~0.1 s for 80,000 replies), so that a damaged store is refused before any call rather
-        than met by whichever test reads the damaged page."""
+        than met by whichever test reads the damaged page. `read_only` (--orbench-offline): a store that
+        cannot be written (a read-only file system, a read-only mount of a CI cache) is opened to read;
+        writes to it are then refused (StoreError), and its callers that only cache treat them so."""
         self.directory = directory
         self._check = check
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._on_locked = on_locked
+        self.read_only = False
         try:
             self._open(directory)
         except (OSError, sqlite3.Error) as exc:
             self.close()
+            if not (read_only and _cannot_write(directory, exc) and (directory / STORE_FILE).is_file()):
+                raise unusable(directory, exc) from exc
+            self._open_read_only(directory)
+
+    def _open_read_only(self, directory: Path) -> None:
+        self.read_only, self.path = True, directory / STORE_FILE
+        try:
+            conn = self._conn()
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+            if self._check:
+                found = [str(row[0]) for row in conn.execute("PRAGMA quick_check(3)").fetchall()]
+                if found != ["ok"]:
+                    raise sqlite3.DatabaseError(f"database disk image is malformed ({' '.join('; '.join(found).split())[:200]})")
+        except (OSError, sqlite3.Error) as exc:
+            self.close()
             raise unusable(directory, exc) from exc
+        if version != SCHEMA_VERSION:
+            self.close()
+            raise StoreUnreadable(f"the response store {directory} is read-only and was written by another version of "
+                                  f"pytest-orbench (store schema {version}, this one uses {SCHEMA_VERSION}); make it "
+                                  "writable once, or point --orbench-store elsewhere")
 
     def _open(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
@@ -244,6 +300,14 @@ class Store:
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None and self.read_only:
+            # immutable: no lock and no -shm file, which a read-only folder cannot hold; nothing can write it anyway
+            # (a store left with a -wal file beside it is read without what that file holds: those replies are missing).
+            conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro&immutable=1", uri=True, isolation_level=None,
+                                   check_same_thread=False)
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
         if conn is None:
             conn = sqlite3.connect(self.path, timeout=BUSY_SECONDS, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")

@@ -228,3 +228,42 @@ def test_progress_lines_in_logs_never_split_a_row_of_dots(pytester: pytest.Pytes
     assert len(rows) >= 3 and all(row.startswith("orbench/toxic ") and row.endswith("%]") for row in rows), rows
     before = [next(line for line in reversed(result.outlines[:i]) if line.strip()) for i in progress]
     assert all(re.search(r"\[ *\d+%\]$", line) or line.startswith("orbench: ") for line in before), result.outlines
+
+
+@pytest.fixture
+def read_only_mount(tmp_path: Path) -> Any:
+    """A folder on a file system mounted read-only (tmpfs, remounted ro), filled by the test before."""
+    import shutil
+
+    mount_point = tmp_path / "ro"
+    mount_point.mkdir()
+    if shutil.which("mount") is None or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount_point)],
+                                                        capture_output=True).returncode != 0:
+        pytest.skip("mounting a file system needs root (CAP_SYS_ADMIN) here")
+
+    def seal(source: Path) -> Path:
+        shutil.copytree(source, mount_point / source.name)
+        subprocess.run(["mount", "-o", "remount,ro", str(mount_point)], check=True)
+        return mount_point / source.name
+
+    yield seal
+    subprocess.run(["umount", str(mount_point)], check=False)
+
+
+def test_offline_reads_a_store_on_a_read_only_file_system(pytester: pytest.Pytester, mock: Any,
+                                                          read_only_mount: Any) -> None:
+    # A read-only store that held every reply was refused even with --orbench-offline, and the message said
+    # "permission denied" where the cause was a read-only file system.
+    args = mock_args(mock, "--orbench-sample", "10", "--orbench-seed", "3", "--orbench-datasets", "toxic")
+    assert pytester.runpytest(*args).ret == 0 and stats(mock.url)["completions"] == 10
+    store = read_only_mount(pytester.path / ".orbench")
+    refused = pytester.runpytest(*args, f"--orbench-store={store}")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines([f"*--orbench-store {store}: cannot write in {store}: its file system is mounted read-only; "
+                                  "give a folder you can write, or add --orbench-offline to use the replies it holds"])
+    for workers in ([], ["-n", "2"]):
+        offline = pytester.runpytest(*args, f"--orbench-store={store}", "--orbench-offline", "--orbench-json=r.json", *workers)
+        assert offline.ret == 0, offline.outlines[-20:]
+        data = load(pytester.path / "r.json")
+        assert data["run"]["calls"]["stored"] == 10 and data["run"]["calls"]["made"] == 0
+    assert stats(mock.url)["completions"] == 10  # nothing asked again
