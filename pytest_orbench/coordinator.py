@@ -203,7 +203,25 @@ class Coordinator:
             shared = len(requests) - replies
             notes.append(f"{replies} distinct: {shared} shared a reply with an identical prompt")
         what = f"{prompts} prompts" + (f" ({'; '.join(notes)})" if notes else "")
-        return f"orbench: {what}, {stored} stored, {action}{judging}{aged}"
+        return f"orbench: {what}, {stored} stored, {action}{judging}{aged}{self._sharing(pending)}"
+
+    def _sharing(self, pending: list[Request]) -> str:
+        """Another run fetching into this store now does not share its calls in flight with this one: said,
+        since what both ask is paid twice (two runs 15 s apart paid twice for 1,610 of 1,974 prompts)."""
+        assert self.store is not None
+        if not pending:
+            return ""
+        try:
+            others = self.store.other_runs(self.run_id)
+        except StoreError:
+            return ""
+        if not others:
+            return ""
+        to_go = sum(o["to_go"] for o in others)
+        who = (f"another run (pid {others[0]['pid']}, started {time.time() - others[0]['started']:.0f} s ago) is"
+               if len(others) == 1 else f"{len(others)} other runs are")
+        return (f"; {who} fetching into this store now ({to_go:,} replies to go): what it has not stored yet is asked "
+                "again here and paid twice; let it finish first to reuse its replies")
 
     def _stored_reply(self, key: str) -> dict[str, Any]:
         assert self.store is not None

@@ -442,6 +442,15 @@ class Store:
                          (now, len(missing), f"{run}#{shard}"))
 
     @_damaged
+    def other_runs(self, run: str, alive_within: float = 30.0) -> list[dict[str, Any]]:
+        """Other runs fetching into this store now (unfinished, heartbeat within `alive_within` s): per run, its
+        pid, start and replies still to come."""
+        rows = self._conn().execute(
+            "SELECT run, MIN(pid), MIN(started), SUM(total - done) FROM runs WHERE run != ? AND finished = 0 AND "
+            "heartbeat >= ? GROUP BY run", (run, time.time() - alive_within)).fetchall()
+        return [{"run": r[0], "pid": int(r[1]), "started": float(r[2]), "to_go": int(r[3] or 0)} for r in rows]
+
+    @_damaged
     def started_shards(self, run: str) -> set[int]:
         """The fetch processes of `run` that have started (each has its row)."""
         rows = self._conn().execute("SELECT shard FROM runs WHERE run = ?", (run,)).fetchall()

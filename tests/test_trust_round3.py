@@ -267,3 +267,38 @@ def test_offline_reads_a_store_on_a_read_only_file_system(pytester: pytest.Pytes
         data = load(pytester.path / "r.json")
         assert data["run"]["calls"]["stored"] == 10 and data["run"]["calls"]["made"] == 0
     assert stats(mock.url)["completions"] == 10  # nothing asked again
+
+
+def test_a_second_run_on_a_store_being_filled_says_it_pays_twice(pytester: pytest.Pytester,
+                                                                 mock_factory: Any) -> None:
+    # Two runs sharing a store did not coordinate: the second, started 15 s later, paid again for 1,610 of
+    # 1,974 prompts without a word.
+    import time
+
+    from pytest_orbench.store import Store
+
+    server = mock_factory(latency=0.5)
+    args = mock_args(server, "--orbench-sample", "30", "--orbench-seed", "5", "--orbench-datasets", "toxic",
+                     "--orbench-concurrency", "2")
+    first = pytester.popen([sys.executable, "-m", "pytest", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # until the first run's fetch has begun
+            if (pytester.path / ".orbench" / "responses.sqlite3").is_file():
+                store = Store(pytester.path / ".orbench")
+                try:
+                    if store.other_runs("none"):
+                        break
+                finally:
+                    store.close()
+            time.sleep(0.2)
+        second = pytester.runpytest(*args)
+    finally:
+        first.communicate(timeout=120)
+    second.stdout.fnmatch_lines(["orbench: 30 prompts, * stored, * to fetch, 2 at a time; another run (pid *, started * s "
+                                 "ago) is fetching into this store now (* replies to go): what it has not stored yet is "
+                                 "asked again here and paid twice; let it finish first to reuse its replies"])
+    assert first.returncode == 0 and second.ret == 0
+    alone = pytester.runpytest(*args)  # nothing else fetching: nothing said
+    assert "another run" not in alone.stdout.str()
