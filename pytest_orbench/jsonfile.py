@@ -6,7 +6,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +48,22 @@ def _dumps(data: Mapping[str, Any], records_key: str) -> str:
     return "{\n" + tail + "\n}\n"
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file and os.replace: readers never see half a file."""
+def escape_invisible(text: str) -> str:
+    """Invisible and bidi characters as JSON escapes (\\u202e): what a viewer shows is what the file holds."""
+    return _escape_invisible(text)
+
+
+def write_atomic(path: Path, text: str | Iterable[str]) -> None:
+    """Write via a temporary file and os.replace: readers never see half a file. `text` may come in pieces
+    (a large file is then never held whole)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
+            if isinstance(text, str):
+                fh.write(text)
+            else:
+                fh.writelines(text)
         # mkstemp makes the file private (0600); a baseline or report is an ordinary file.
         umask = os.umask(0)
         os.umask(umask)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +39,51 @@ def tradeoff_svg(results: ResultsDocument) -> str:
     return svg(paper_points() + our_points(results["datasets"]))
 
 
+def prompts_that_matter(results: ResultsDocument) -> list[Any]:
+    """The prompts a person reads first: every flip (either direction, against the baseline or the live base) and
+    every error (the prompt's, a trial's, the live base's)."""
+    flipped: set[str] = set()
+    for summary in results["datasets"].values():
+        comparison: Mapping[str, Any] = summary.get("comparison") or {}
+        flipped.update(comparison.get("newly_refused_ids") or [], comparison.get("newly_answered_ids") or [])
+    return [p for p in results["prompts"] if p["id"] in flipped or p.get("error") or p.get("trial_errors")
+            or (isinstance(p.get("base"), dict) and p["base"].get("error"))]
+
+
+def write_results(path: Path, results: ResultsDocument) -> list[Path]:
+    """The results JSON; above FULL_PROMPTS_MAX prompts, in two files: every prompt's record, one per line, in
+    `<name>.prompts.jsonl` beside it (written first, streamed), and the JSON with the prompts that matter and
+    `prompts_file` naming the other (schema, records, SHA-256). `records.load_results` reads both forms."""
+    import hashlib
+    import json as json_module
+
+    from pytest_orbench.jsonfile import escape_invisible
+    from pytest_orbench.records import FULL_PROMPTS_MAX, PROMPTS_SCHEMA, PROMPTS_SCHEMA_VERSION, prompt_lines_name
+
+    prompts = results["prompts"]
+    if len(prompts) <= FULL_PROMPTS_MAX:
+        write_json(path, results)
+        return [path]
+    lines_path = path.parent / prompt_lines_name(path)
+    digest = hashlib.sha256()
+
+    def lines() -> Iterator[str]:
+        for record in prompts:
+            line = escape_invisible(json_module.dumps(record, sort_keys=True, ensure_ascii=False)) + "\n"
+            digest.update(line.encode("utf-8"))
+            yield line
+
+    write_atomic(lines_path, lines())
+    kept = prompts_that_matter(results)
+    document = {**results, "prompts": kept, "prompts_file": {
+        "path": lines_path.name, "schema": PROMPTS_SCHEMA, "schema_version": PROMPTS_SCHEMA_VERSION,
+        "records": len(prompts), "sha256": digest.hexdigest(), "kept_here": len(kept),
+        "note": "this file keeps the summary, the gate and the prompts that matter (flips and errors); every prompt's "
+                "record is in the file named by path, one JSON object per line"}}
+    write_json(path, document)
+    return [lines_path, path]
+
+
 def write_outputs(results: ResultsDocument, *, json: Path | None = None, markdown: Path | None = None,
                   svg: Path | None = None, junit: Path | None = None, markdown_max_chars: int | None = None,
                   failed: dict[Path, str] | None = None, html: Path | None = None,
@@ -58,8 +103,9 @@ def write_outputs(results: ResultsDocument, *, json: Path | None = None, markdow
 
         return render_markdown_within(results, markdown_max_chars or GITHUB_COMMENT_LIMIT)
 
+    also: list[Path] = []  # the JSON Lines file of a large run's results
     files: list[tuple[Path | None, Callable[[Path], None]]] = [
-        (json, lambda path: write_json(path, results)),
+        (json, lambda path: also.extend(write_results(path, results)[:-1])),
         (markdown, lambda path: write_atomic(path, render_markdown())),
         (svg, lambda path: write_atomic(path, tradeoff_svg(results))),
         (junit, lambda path: write_atomic(path, junit_xml(results))),
@@ -76,5 +122,6 @@ def write_outputs(results: ResultsDocument, *, json: Path | None = None, markdow
                 raise
             failed[path] = exc.strerror or str(exc)  # the atomic write left no half-written file behind
             continue
-        written.append(path)
+        written += [*also, path]
+        also.clear()
     return written

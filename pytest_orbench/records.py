@@ -19,6 +19,12 @@ from pytest_orbench.schema import prompts_problem, run_problem, summaries_proble
 RESULTS_SCHEMA = "pytest-orbench/results"
 BASELINE_SCHEMA = "pytest-orbench/baseline"
 RESULTS_SCHEMA_VERSION = 1
+# Above this many prompts the results JSON keeps the summary, the gate and the prompts that matter (flips and
+# errors) and every prompt's record goes, one per line, to a JSON Lines file beside it, which it names under
+# `prompts_file` (at 80,000 prompts one JSON file was 100 MB, usable only with tools).
+FULL_PROMPTS_MAX = 10_000
+PROMPTS_SCHEMA = "pytest-orbench/prompts"  # the JSON Lines file: one prompt record (as in `prompts`) per line
+PROMPTS_SCHEMA_VERSION = 1
 REPORT_PROPERTY = "orbench"
 # How the error of a prompt whose call was never made begins: the calls had stopped before it (a rejected key,
 # a refused connection, the cost limit, an interruption). Counted apart from the replies that failed.
@@ -295,6 +301,44 @@ class ResultsError(Exception):
     """A file that is not a pytest-orbench results document."""
 
 
+def prompt_lines_name(path: Path) -> str:
+    """The JSON Lines file beside results JSON `path`: r.json -> r.prompts.jsonl."""
+    return (path.stem if path.suffix == ".json" else path.name) + ".prompts.jsonl"
+
+
+def _prompt_lines(path: Path, described: Any) -> list[Any]:
+    """Every prompt record of a results file written in two parts, from the JSON Lines file it names, checked
+    against what the JSON says of it (schema, count, SHA-256): a file from another run is refused."""
+    import hashlib
+
+    if (not isinstance(described, dict) or described.get("schema") != PROMPTS_SCHEMA
+            or not isinstance(described.get("path"), str) or type(described.get("records")) is not int):
+        raise ResultsError(f"{path}: `prompts_file` is damaged (schema {PROMPTS_SCHEMA!r}, path and records expected); "
+                           "write it again")
+    if described.get("schema_version") != PROMPTS_SCHEMA_VERSION:
+        raise ResultsError(f"{path}: its prompts file has schema version {described.get('schema_version')!r}; this "
+                           f"pytest-orbench reads version {PROMPTS_SCHEMA_VERSION}")
+    name = Path(described["path"])
+    if name.is_absolute() or len(name.parts) != 1:
+        raise ResultsError(f"{path}: `prompts_file.path` must name a file beside it, got {described['path']!r}")
+    lines_path = path.parent / name
+    try:
+        raw = lines_path.read_bytes()
+    except OSError as exc:
+        raise ResultsError(f"{path} keeps only the prompts that matter; every prompt's record is in {lines_path}, "
+                           f"which cannot be read ({exc.strerror}): keep the two files together") from None
+    if hashlib.sha256(raw).hexdigest() != described.get("sha256"):
+        raise ResultsError(f"{lines_path} is not the prompts file {path} was written with (its SHA-256 differs): keep "
+                           "the two files of one run together, or write them again")
+    try:
+        records = [loads_document(line) for line in raw.decode("utf-8").splitlines() if line.strip()]
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{lines_path} is not JSON Lines: {exc}") from None
+    if len(records) != described["records"]:
+        raise ResultsError(f"{lines_path} holds {len(records)} records, {path} says {described['records']}")
+    return records
+
+
 def load_results(path: Path) -> ResultsDocument:
     """A results file written by `--orbench-json`, checked at the boundary (schema and the keys read)."""
     try:
@@ -314,6 +358,8 @@ def load_results(path: Path) -> ResultsDocument:
     for key, kind in (("run", dict), ("datasets", dict), ("prompts", list)):
         if not isinstance(data.get(key), kind):
             raise ResultsError(f"{path}: `{key}` is missing or not a {kind.__name__}")
+    if "prompts_file" in data:
+        data["prompts"] = _prompt_lines(path, data["prompts_file"])
     # The keys the comparison, the gate and the reports read: a damaged file is refused here, not
     # met as a KeyError halfway through `orbench compare` or the Action.
     problem = run_problem(data["run"], results=True) or summaries_problem(data["datasets"]) or prompts_problem(data["prompts"])

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import pytest
 
+from pytest_orbench import records as records_module
 from pytest_orbench.baseline import BaselineError, baseline_document, drift, load_baseline, save_baseline
 from pytest_orbench.dataset import Dataset
 from pytest_orbench.gate import BLOCKING, assess, mark_stopped
@@ -387,6 +388,11 @@ class RunResults:
                 terminalreporter.write_line(f"NOT written: {path}: {self.unwritten[path]}", red=True, bold=True)
             elif path is not None:
                 terminalreporter.write_line(f"wrote {path}")
+                if path == self.settings.json and len(self.results["prompts"]) > records_module.FULL_PROMPTS_MAX:
+                    terminalreporter.write_line(
+                        f"wrote {path.parent / records_module.prompt_lines_name(path)}: every prompt's record, one per "
+                        f"line ({path.name} keeps the summary, the gate and the flips and errors: over "
+                        f"{records_module.FULL_PROMPTS_MAX:,} prompts it names this file instead of holding them all)")
         update = self.results["run"].get("baseline_update")
         if update and update["written"]:
             terminalreporter.write_line(f"baseline updated: {self.settings.baseline} (review and commit it)")
