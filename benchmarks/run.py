@@ -1,6 +1,6 @@
 """Benchmarks: is a run bound by the endpoint, not by the plugin? Prints a Markdown table.
 
-    python benchmarks/run.py [--repeats 3] [--only judge|fetch] [--data-dir ../shared/datasets]
+    python benchmarks/run.py [--repeats 3] [--only judge|fetch|warm|scale] [--data-dir ../shared/datasets]
 
 Everything talks to `orbench mock-server` in its own process on loopback, with injected latency.
 Times are wall-clock seconds of whole commands (process start, imports and all), the median of
@@ -171,10 +171,169 @@ def fetch_pairs(n: int, latency: float, concurrency: int, repeats: int, work: Pa
             f"{summary(plugin)} | {summary(bare)} | {p / b:.2f}x | {target} |")
 
 
+class PeakRss:
+    """Peak resident memory (VmHWM) of every process under a root pid, and of other pids named, sampled from /proc
+    every 0.2 s while a command runs: pytest's controller, its fetch processes (pytest_orbench.fetchproc and
+    their forks), and the simulator."""
+
+    def __init__(self, others: dict[str, int]) -> None:
+        import threading
+
+        self.others = others
+        self.peaks: dict[int, tuple[str, float]] = {}  # pid -> (role, MiB)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self.root: int | None = None
+
+    @staticmethod
+    def _status(pid: int) -> tuple[int, float] | None:
+        try:
+            text = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            return None
+        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        try:
+            return int(fields["PPid"].strip()), int(fields.get("VmHWM", "0 kB").split()[0]) / 1024
+        except (KeyError, ValueError):
+            return None
+
+    def _role(self, pid: int) -> str:
+        if pid == self.root:
+            return "pytest"
+        for role, other in self.others.items():
+            if pid == other:
+                return role
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            return "other"
+        return "fetch" if "fetchproc" in cmd else "pytest worker" if "xdist" in cmd or "execnet" in cmd else "child"
+
+    def _sample(self) -> None:
+        parents: dict[int, int] = {}
+        memory: dict[int, float] = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                status = self._status(int(entry.name))
+                if status is not None:
+                    parents[int(entry.name)], memory[int(entry.name)] = status
+        tree = {self.root} if self.root is not None else set()
+        grew = True
+        while grew:
+            found = {pid for pid, parent in parents.items() if parent in tree} - tree
+            tree |= found
+            grew = bool(found)
+        for pid in tree | set(self.others.values()):
+            if pid in memory:
+                role = self.peaks.get(pid, (self._role(pid), 0.0))[0]
+                self.peaks[pid] = (role, max(memory[pid], self.peaks.get(pid, (role, 0.0))[1]))
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.2):
+            self._sample()
+
+    def run(self, cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, str]:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.root = proc.pid
+        self._thread.start()
+        out, _ = proc.communicate(timeout=3600)
+        elapsed = time.perf_counter() - start
+        self._stop.set()
+        self._thread.join()
+        if proc.returncode not in (0, 1):
+            raise RuntimeError(f"{' '.join(cmd[:6])}... exited {proc.returncode}:\n{out[-3000:]}")
+        return elapsed, out
+
+    def by_role(self) -> dict[str, float]:
+        roles: dict[str, float] = {}
+        for role, mib in self.peaks.values():
+            roles[role] = max(roles.get(role, 0.0), mib)
+        return roles
+
+
+def synthetic_dataset(path: Path, n: int, data_dir: Path) -> None:
+    """n distinct prompts in OR-Bench's words: the hard-1k prompts, each with a variant number once they repeat."""
+    with (data_dir / "or-bench-hard-1k.csv").open(encoding="utf-8", newline="") as fh:
+        seeds = [(r["prompt"], r["category"]) for r in csv.DictReader(fh)]
+    with path.open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["prompt", "category"])
+        for i in range(n):
+            prompt, category = seeds[i % len(seeds)]
+            writer.writerow([prompt if i < len(seeds) else f"{prompt} (variant {i // len(seeds)})", category])
+
+
+def scale_rows(sizes: list[int], repeats: int, work: Path, runs: Path, data_dir: Path, env: dict[str, str]) -> list[str]:
+    """Cold runs of `sizes` prompts against the simulator (L = 0.01 s, C = 64): wall time per prompt, peak RSS of
+    every process, the store and the results files; then a warm re-run of the largest against bare pytest."""
+    rows = ["| prompts | wall s | ms per prompt | vs smallest | pytest peak RSS MiB | fetch processes MiB | "
+            "simulator MiB | pytest KiB per added prompt | store MB | results JSON MB | prompts JSONL MB |",
+            "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    per_prompt: dict[int, float] = {}
+    first_rss: float | None = None
+    for n in sizes:
+        dataset = work / f"scale-{n}.csv"
+        synthetic_dataset(dataset, n, data_dir)
+        walls, peaks, sims, fetches = [], [], [], []
+        store = work / f"store-scale-{n}"
+        for repeat in range(repeats):
+            store = work / f"store-scale-{n}-{repeat}"
+            with tempfile.TemporaryDirectory() as tmp:
+                port_file = Path(tmp) / "port"
+                sim = subprocess.Popen([sys.executable, "-m", "pytest_orbench.cli", "mock-server", "--port", "0",
+                                        "--port-file", str(port_file), "--latency", "0.01"], stdout=subprocess.DEVNULL)
+                try:
+                    for _ in range(200):
+                        if port_file.exists() and port_file.read_text():
+                            break
+                        time.sleep(0.05)
+                    url = f"http://127.0.0.1:{port_file.read_text()}/v1"
+                    sampler = PeakRss({"simulator": sim.pid})
+                    elapsed, out = sampler.run(plugin_cmd(url, store, 64, f"--orbench-datasets={dataset}:answer",
+                                                          f"--orbench-json={work / f'scale-{n}.json'}"), runs, env)
+                    assert server_stats(url)["completions"] == n, out[-2000:]
+                finally:
+                    sim.terminate()
+                    sim.wait()
+            roles = sampler.by_role()
+            walls.append(elapsed)
+            peaks.append(roles.get("pytest", 0.0))
+            sims.append(roles.get("simulator", 0.0))
+            fetches.append(roles.get("fetch", 0.0))
+        wall = statistics.median(walls)
+        first_rss = max(peaks) if first_rss is None else first_rss
+        added = f"{1024 * (max(peaks) - first_rss) / (n - sizes[0]):.2f}" if n > sizes[0] else ""
+        per_prompt[n] = 1000 * wall / n
+        json_path = work / f"scale-{n}.json"
+        lines_path = work / f"scale-{n}.prompts.jsonl"
+        store_size = sum(f.stat().st_size for f in store.iterdir() if f.is_file()) / 1e6
+        rows.append(f"| {n:,} | {summary(walls)} | {per_prompt[n]:.2f} | {per_prompt[n] / per_prompt[sizes[0]]:.2f}x | "
+                    f"{max(peaks):.0f} | {max(fetches):.0f} | {max(sims):.0f} | {added} | "
+                    f"{store_size:.1f} | {json_path.stat().st_size / 1e6:.2f} | "
+                    f"{lines_path.stat().st_size / 1e6 if lines_path.exists() else 0:.1f} |")
+    largest = sizes[-1]
+    store = work / f"store-scale-{largest}-0"
+    warm, warm_rss = [], []
+    for _ in range(repeats):
+        sampler = PeakRss({})
+        elapsed, out = sampler.run(plugin_cmd("http://127.0.0.1:9/v1", store, 64, "--orbench-offline",
+                                              f"--orbench-datasets={work / f'scale-{largest}.csv'}:answer"), runs, env)
+        warm.append(elapsed)
+        warm_rss.append(sampler.by_role().get("pytest", 0.0))
+    bare = [bare_pytest(largest, work, env) for _ in range(repeats)]
+    rows.append("")
+    rows.append(f"warm re-run of {largest:,} prompts (offline, every reply stored): {summary(warm)} s, pytest peak RSS "
+                f"{max(warm_rss):.0f} MiB; bare pytest, {largest:,} trivial tests: {summary(bare)} s; ratio "
+                f"{statistics.median(warm) / statistics.median(bare):.2f}x (target <= 1.3x)")
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--only", choices=("judge", "fetch", "warm"), help="run only this part")
+    parser.add_argument("--only", choices=("judge", "fetch", "warm", "scale"), help="run only this part")
+    parser.add_argument("--sizes", default="2000,10000,40000,80000", help="--only scale: prompts per run")
     parser.add_argument("--data-dir", default=os.environ.get("ORBENCH_DATA_DIR", str(REPO.parent / "shared" / "datasets")))
     args = parser.parse_args()
     data_dir = Path(args.data_dir).resolve()
@@ -188,6 +347,13 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="orbench-bench-"))
     runs = work / "runs"  # an empty folder: plugin runs collect nothing but the prompts
     runs.mkdir()
+    if args.only == "scale":
+        sizes = [int(size) for size in args.sizes.split(",")]
+        print(f"pytest-orbench scale, {time.strftime('%Y-%m-%d %H:%M')}, {platform.platform()}, {os.cpu_count()} cores, "
+              f"Python {platform.python_version()}, simulator latency 0.01 s, concurrency 64, cold store, median of "
+              f"{args.repeats} (min-max)\n")
+        print("\n".join(scale_rows(sizes, args.repeats, work, runs, data_dir, env)))
+        return 0
     rows.append("| measurement | plugin s | reference s | ratio | target |")
     rows.append("|---|--:|--:|--:|---|")
     for latency, concurrency in ((0.25, 32), (0.25, 64), (0.05, 64)) if args.only != "warm" else ():
