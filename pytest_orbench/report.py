@@ -385,7 +385,7 @@ def gate_lines(results: ResultsDocument, newly_limit: int = 20) -> list[str]:
             lines.append(f"    ... and {len(worse_ids) - newly_limit} more (see the results JSON)")
         command = rerun_command(worse_ids)
         if command:
-            lines.append(f"    re-run them: {command}")
+            lines.append(f"    re-run them, with this run's options (model, endpoint, store): {command}")
     lines += verification_lines(results, newly_limit)
     return lines
 

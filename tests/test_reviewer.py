@@ -40,7 +40,8 @@ def test_the_ids_the_gate_prints_select_their_tests(pytester: pytest.Pytester, m
     result, results = regressed
     ids = results["datasets"]["hard-1k"]["comparison"]["newly_refused_ids"]
     assert len(ids) >= 2
-    line = next(line for line in result.stdout.lines if line.strip().startswith("re-run them: "))
+    line = next(line for line in result.stdout.lines if line.strip().startswith("re-run them, with this run's options "
+                                                                               "(model, endpoint, store): pytest "))
     command = re.search(r'-k "([^"]+)"', line)
     assert command is not None and command.group(1) == " or ".join(ids[:20])
     # That command, with the run's options, runs exactly those prompts (from the store: no call).
