@@ -6,7 +6,7 @@
   again. Nothing is left behind in the scrollback.
 - Otherwise (CI logs, pipes): a line of its own every `progress_every` seconds (10 by default; three
   times as long with -q; none with -qq or progress_every 0), written where pytest's line is complete
-  (after a row of dots and its percentage, after a -v result) so that no row is split; a row that
+  (after a row of dots and its percentage) so that no row is split; a row that
   stays open OVERDUE seconds longer (a stalled endpoint) gets the line anyway.
 
 Under xdist the controller fetches and the workers wait, so nothing reaches the controller while
@@ -17,6 +17,7 @@ every worker waits: a thread there shows the progress once no test has finished 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -81,15 +82,30 @@ class ProgressDisplay:
             if in_place:
                 self._show(text)
             elif text is not None:
-                reporter.write_line(text)
+                self._write_log_line(reporter, text)
             self._last = now
 
     def _mid_row(self, reporter: Any) -> bool:
-        """Whether pytest's current line is a row still being written (dots to come, a -v test's result)."""
-        if reporter.currentfspath == -2:  # pytest's mark of a -v line that is complete
+        """Whether pytest's current line is a row of results still being written: a line between would leave it
+        without its percentage. A row with no result yet, and a -v line (pytest writes the test's name again
+        before its result, as with live logs), are not."""
+        if self.verbosity > 0 or not isinstance(reporter.currentfspath, os.PathLike):
             return False
         tw = self.config.get_terminal_writer()
-        return 0 < tw.width_of_current_line < tw.fullwidth - 1  # a complete row ends with its percentage
+        prefix = len(os.path.relpath(reporter.currentfspath, reporter.startpath)) + 1  # "orbench/toxic "
+        return prefix < tw.width_of_current_line < tw.fullwidth - 1  # a complete row ends with its percentage
+
+    def _write_log_line(self, reporter: Any, text: str) -> None:
+        """A progress line in a log. Within a row of results pytest writes each test's letter where the line is,
+        so the row goes on after the progress line under its file name again, as it began (a lone "." below it
+        otherwise); a -v line is written again by pytest itself."""
+        tw = self.config.get_terminal_writer()
+        if isinstance(reporter.currentfspath, os.PathLike) and tw.width_of_current_line:
+            tw.line()
+            tw.line(text)
+            tw.write(os.path.relpath(reporter.currentfspath, reporter.startpath) + " ", flush=True)
+        else:
+            reporter.write_line(text)
 
     def done_waiting(self) -> None:
         """Before pytest writes again: the status goes."""

@@ -111,7 +111,7 @@ def test_a_no_op_pr_is_not_blamed_live_while_the_stale_baseline_would_fail(
     assert calls_live == 30  # one configuration, asked once
     live.stdout.fnmatch_lines([
         "drift (base configuration now vs the baseline file, not gated): mini +* pp (p = *newly refused*; changed: "
-        "*served orbench-mock-2026-01-15 → orbench-mock-2026-03-01*",
+        "*orbench-mock-2026-01-15 → orbench-mock-2026-03-01 (both openai/orbench-mock)*",
         "orbench gate: UNGATED: the live base is the run's own configuration (nothing differs*",
     ])
     assert live.ret == 0
