@@ -110,6 +110,7 @@ class Coordinator:
         self.fresh_after = fresh_after
         self.store: Store | None = None
         self.plan = Plan()
+        self._served: set[str] = set()  # keys whose stored reply a test took from the plan (outcome)
         self.child: FetchChild | None = None  # the fetch process (it forks the others, if any)
         self.shards = 0  # fetch processes in use
         self.thread: ThreadFetcher | None = None
@@ -308,9 +309,16 @@ class Coordinator:
     # -- every process -------------------------------------------------------------------------
     def outcome(self, request: Request, prompt_id: str) -> Outcome:
         plan = self.plan
-        if request.key in plan.stored:
-            return Outcome(record=plan.stored[request.key], judge=plan.judged.get(request.key),
-                           judge_error=self._offline_judge_error(request, prompt_id))
+        # Each stored reply leaves the plan when its test takes it: held until the end, every reply's text of a
+        # warm run was in memory at once (1.7 KB a prompt, in each xdist worker too; issue 37). A second test
+        # with the key (an identical prompt, a re-run) reads it from the store again.
+        record = plan.stored.pop(request.key, None)
+        if record is None and request.key in self._served and self.store is not None:
+            record = self.store.get(request.key)
+        if record is not None:
+            self._served.add(request.key)
+            return Outcome(record=record, judge=plan.judged.get(request.key),
+                           judge_error=self._offline_judge_error(request, prompt_id, record))
         if self.settings.offline:
             return Outcome(error=f"no stored reply for {prompt_id} and --orbench-offline is set; run once without it "
                                  "to fetch")
@@ -324,10 +332,10 @@ class Coordinator:
                     outcome.judge_error = "no judgement was stored for this reply"
         return outcome
 
-    def _offline_judge_error(self, request: Request, prompt_id: str) -> str | None:
+    def _offline_judge_error(self, request: Request, prompt_id: str, record: dict[str, Any]) -> str | None:
         if request.key in self.plan.judged or self.judge.llm is None:
             return None
-        if judge_key(self.judge, request.text, self.plan.stored[request.key]) is None:
+        if judge_key(self.judge, request.text, record) is None:
             return None
         return (f"no stored judgement for {prompt_id} from judge model {self.judge.llm.spec.model} "
                 "and --orbench-offline is set; run once without it to judge")
