@@ -24,6 +24,7 @@ from pytest_orbench.progress import ProgressDisplay
 from pytest_orbench.records import (
     LIVE_BASE,
     NOT_REQUESTED,
+    REPORT_PROPERTY,
     BaselineDocument,
     PromptRecord,
     ResultsDocument,
@@ -427,6 +428,33 @@ class RunResults:
         report = pytest.TestReport(nodeid="orbench gate", location=("orbench", None, "orbench gate"), keywords={},
                                    outcome="failed", longrepr=term_safe(why, 300), when="call")
         terminalreporter.stats.setdefault("failed", []).append(report)
+
+
+class ReportRelease:
+    """What pytest keeps of each prompt test after every plugin has seen its reports: at 80,000 prompts bare
+    pytest alone holds ~465 MiB, mostly three reports per test. A passing setup's or teardown's report is kept
+    by the terminal reporter under stats[""], which nothing reads (its summary skips that key): released. The
+    record's JSON string in each report's user properties, read into the results by then (and by --junitxml,
+    which reads the teardown report in its own hook), is released too."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if not report.nodeid.startswith("orbench/"):
+            return
+        properties = report.user_properties  # each report's own list (the item's is released after its teardown)
+        if any(name == REPORT_PROPERTY for name, _ in properties):
+            properties[:] = [(name, value) for name, value in properties if name != REPORT_PROPERTY]
+        if report.when != "call" and report.passed and self.reporter is not None:
+            kept = self.reporter.stats.get("")
+            if kept and kept[-1] is report:
+                kept.pop()
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    @property
+    def reporter(self) -> Any:
+        return self.config.pluginmanager.get_plugin("terminalreporter")
 
 
 class ErrorDigest:

@@ -38,6 +38,7 @@ from pytest_orbench.labels import Label, labelled, load_labels, reply_digest
 from pytest_orbench.options import format_age
 from pytest_orbench.progress import ProgressDisplay
 from pytest_orbench.records import (
+    REPORT_PROPERTY,
     BaselineDocument,
     BaseRecord,
     Combined,
@@ -50,7 +51,7 @@ from pytest_orbench.records import (
 )
 from pytest_orbench.refusal_model import load_model
 from pytest_orbench.report import header_line
-from pytest_orbench.results import ErrorDigest, RunResults, dry_run
+from pytest_orbench.results import ErrorDigest, ReportRelease, RunResults, dry_run
 from pytest_orbench.settings import Settings
 from pytest_orbench.spec import calls_go_to, kwargs_endpoint, redact_url
 from pytest_orbench.store import StoreError, response_key
@@ -118,6 +119,7 @@ class OrbenchPlugin:
             # The records come to the controller in the test reports.
             config.pluginmanager.register(RunResults(self), "orbench-results")
             config.pluginmanager.register(ErrorDigest(), "orbench-error-digest")
+            config.pluginmanager.register(ReportRelease(config), "orbench-report-release")
         self._key_fields: dict[tuple[int, int], dict[str, Any]] = {}  # (configuration, trial) -> what keys hash
         self._requests: dict[str, Requests] = {}  # node id -> every call its test needs
         self._prompt_ids: dict[str, str] = {}  # node id -> prompt id
@@ -277,6 +279,16 @@ class OrbenchPlugin:
         if dropped:
             config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, object, object]:
+        try:
+            return (yield)
+        finally:
+            # Every report is made and logged: the record's JSON string leaves the item, kept to the session's
+            # end otherwise (results.ReportRelease releases the reports' copies).
+            if isinstance(item, PromptItem) and item.user_properties:
+                item.user_properties[:] = [p for p in item.user_properties if p[0] != REPORT_PROPERTY]
 
     # -- fetching ---------------------------------------------------------------------------
     @pytest.hookimpl(wrapper=True)

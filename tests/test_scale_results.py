@@ -107,3 +107,27 @@ def test_a_run_above_the_limit_writes_both_files_and_says_so(pytester: pytest.Py
                                  "the summary, the gate and the flips and errors: over 20 prompts it names this file*"])
     assert len(load(pytester.path / "r.json")["prompts"]) == 0  # no flips, no errors
     assert len(load_results(pytester.path / "r.json")["prompts"]) == 30
+
+
+@pytest.mark.usefixtures("orbench_env")
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_pytest_keeps_no_idle_report_nor_record_string_of_a_prompt(pytester: pytest.Pytester, mock: Any,
+                                                                   workers: list[str]) -> None:
+    # Bare pytest keeps three reports per test (~465 MiB at 80,000 tests); each prompt's also carried its
+    # record as a JSON string to the end of the session.
+    pytester.makeconftest("""
+        import pytest
+
+        @pytest.hookimpl(trylast=True)
+        def pytest_terminal_summary(terminalreporter):
+            reports = [r for reports in terminalreporter.stats.values() for r in reports if hasattr(r, "nodeid")]
+            idle = len(terminalreporter.stats.get("", []))
+            carrying = sum(1 for r in reports if any(name == "orbench" for name, _ in getattr(r, "user_properties", [])))
+            terminalreporter.write_line(f"KEPT {idle} idle reports, {carrying} carrying a record")
+    """)
+    result = pytester.runpytest_subprocess(*mock_args(mock, "--orbench-sample", "12", "--orbench-datasets", "toxic",
+                                                      "--junitxml", "j.xml", *workers), timeout=240)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["KEPT 0 idle reports, 0 carrying a record"])
+    # --junitxml still shows each prompt's record as a property (it reads the teardown report, before the release)
+    assert (pytester.path / "j.xml").read_text(encoding="utf-8").count('<property name="orbench"') == 12
