@@ -17,6 +17,7 @@ import platform
 import re
 import resource
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -272,6 +273,9 @@ def scale_rows(sizes: list[int], repeats: int, work: Path, runs: Path, data_dir:
             "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     per_prompt: dict[int, float] = {}
     first_rss: float | None = None
+    with socket.socket() as sock:  # one port for every run: the api_base is part of each reply's store key, and
+        sock.bind(("127.0.0.1", 0))  # the warm re-run must find the cold run's replies
+        port = int(sock.getsockname()[1])
     for n in sizes:
         dataset = work / f"scale-{n}.csv"
         synthetic_dataset(dataset, n, data_dir)
@@ -281,7 +285,7 @@ def scale_rows(sizes: list[int], repeats: int, work: Path, runs: Path, data_dir:
             store = work / f"store-scale-{n}-{repeat}"
             with tempfile.TemporaryDirectory() as tmp:
                 port_file = Path(tmp) / "port"
-                sim = subprocess.Popen([sys.executable, "-m", "pytest_orbench.cli", "mock-server", "--port", "0",
+                sim = subprocess.Popen([sys.executable, "-m", "pytest_orbench.cli", "mock-server", "--port", str(port),
                                         "--port-file", str(port_file), "--latency", "0.01"], stdout=subprocess.DEVNULL)
                 try:
                     for _ in range(200):
@@ -317,8 +321,9 @@ def scale_rows(sizes: list[int], repeats: int, work: Path, runs: Path, data_dir:
     warm, warm_rss = [], []
     for _ in range(repeats):
         sampler = PeakRss({})
-        elapsed, out = sampler.run(plugin_cmd("http://127.0.0.1:9/v1", store, 64, "--orbench-offline",
+        elapsed, out = sampler.run(plugin_cmd(f"http://127.0.0.1:{port}/v1", store, 64, "--orbench-offline",
                                               f"--orbench-datasets={work / f'scale-{largest}.csv'}:answer"), runs, env)
+        assert " error" not in out.splitlines()[-1], out[-2000:]  # every reply came from the store
         warm.append(elapsed)
         warm_rss.append(sampler.by_role().get("pytest", 0.0))
     bare = [bare_pytest(largest, work, env) for _ in range(repeats)]
