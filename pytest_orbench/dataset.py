@@ -10,6 +10,7 @@ import json
 import os
 import random
 import re
+import sys
 import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -446,7 +447,7 @@ def load_custom(spec: DatasetSpec) -> Dataset:
         if not text.strip():
             raise DatasetError(f"{spec.path} row {number} (id {lid!r}): the prompt is empty or only whitespace; "
                                "write the prompt, or delete the row")
-        category = (row.get(spec.category_column) or "uncategorized").strip()
+        category = sys.intern((row.get(spec.category_column) or "uncategorized").strip())  # one string per category
         prompt = Prompt(f"{spec.name}-{lid}", spec.name, category, text, expected, lid)
         first = named.setdefault(test_name(prompt), number)
         if first != number:

@@ -53,6 +53,10 @@ class DatasetNode(pytest.Collector):
         return []  # items are created by OrbenchPlugin.pytest_collection_modifyitems
 
 
+_NONE: list[Outcome] = []  # an item's outcomes before its setup and after its teardown (never appended to)
+_NO_KEYWORDS: set[str] = set()  # every prompt item's extra_keyword_matches: its keywords are listextrakeywords'
+
+
 class PromptItem(pytest.Item):
     """One prompt sent to the endpoint; passes when the behaviour matches the expectation."""
 
@@ -61,13 +65,18 @@ class PromptItem(pytest.Item):
         self.prompt = prompt
         self.requests = requests
         self.plugin = plugin
-        self.outcomes: list[Outcome] = []  # one per trial
-        self.base_outcomes: list[Outcome] = []  # the live base's, one per trial
+        self.outcomes: list[Outcome] = _NONE  # one per trial, from setup to teardown
+        self.base_outcomes: list[Outcome] = _NONE  # the live base's, one per trial
         for mark in _marks():
             self.add_marker(mark)
         # -k "hard-1k and privacy", -k "refuse": dataset, category and expectation are keywords; and the prompt's
-        # id, as the gate, the comment and the results print it: -k hard-1k-0018 runs that prompt.
-        self.extra_keyword_matches.update({prompt.dataset, prompt.category, prompt.expected, prompt.id})
+        # id, as the gate, the comment and the results print it: -k hard-1k-0018 runs that prompt. Made when -k
+        # asks (listextrakeywords), not kept: a set per item was ~450 B a prompt, 34 MiB at 80,000 (issue 37).
+        self.extra_keyword_matches = _NO_KEYWORDS
+
+    def listextrakeywords(self) -> set[str]:
+        prompt = self.prompt
+        return {prompt.dataset, prompt.category, prompt.expected, prompt.id, *super().listextrakeywords()}
 
     def setup(self) -> None:
         if self.plugin.runs_no_test:
@@ -114,7 +123,7 @@ class PromptItem(pytest.Item):
     def teardown(self) -> None:
         # The replies are judged and their record handed over: an item kept them (and every reply's text with
         # them) until the session ended, ~1.7 KB a prompt (issue 37).
-        self.outcomes, self.base_outcomes = [], []
+        self.outcomes, self.base_outcomes = _NONE, _NONE  # one shared empty list: not two lists per prompt
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         # The verdict is the message; a traceback through the plugin says nothing and costs

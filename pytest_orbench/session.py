@@ -287,8 +287,8 @@ class OrbenchPlugin:
         finally:
             # Every report is made and logged: the record's JSON string leaves the item, kept to the session's
             # end otherwise (results.ReportRelease releases the reports' copies).
-            if isinstance(item, PromptItem) and item.user_properties:
-                item.user_properties[:] = [p for p in item.user_properties if p[0] != REPORT_PROPERTY]
+            if isinstance(item, PromptItem):
+                release_item(item)
 
     # -- fetching ---------------------------------------------------------------------------
     @pytest.hookimpl(wrapper=True)
@@ -568,8 +568,9 @@ class OrbenchPlugin:
         record = cast(PromptRecord, {
             **_identity(item.prompt), **combined, "matched": matched,
             "from_store": not fetched, "fetched": fetched,
-            "finish_reason": reply.get("finish_reason"),
-            "served_model": reply.get("model"), "system_fingerprint": reply.get("system_fingerprint"),
+            # The same few names in every record (80,000 of them): one string each, not one per reply.
+            "finish_reason": _shared(reply.get("finish_reason")),
+            "served_model": _shared(reply.get("model")), "system_fingerprint": _shared(reply.get("system_fingerprint")),
             "stored_at": reply.get("stored_at"),
             **self._costs(outcomes, base_outcomes), **_calls([*outcomes, *(base_outcomes or [])]),
         })
@@ -653,6 +654,26 @@ def _error_from(outcome: Outcome) -> str:
     """Which call left a reply without a verdict: the endpoint's (no reply) or the LLM judge's."""
     return "judge" if outcome.error is None and outcome.record is not None and outcome.judge_error is not None \
         else "endpoint"
+
+
+# Shared by the prompt items after their run (80,000 empty lists otherwise); never added to.
+_NO_PROPERTIES: list[tuple[str, object]] = []
+_NO_SECTIONS: list[tuple[str, str, str]] = []
+
+
+def release_item(item: pytest.Item) -> None:
+    """What a prompt item holds only for its run, released once every report of it is made and logged: the
+    record's JSON string (read into the results by then; results.ReportRelease releases the reports' copies)
+    and pytest's per-item lists, then empty."""
+    kept = [p for p in item.user_properties if p[0] != REPORT_PROPERTY]
+    item.user_properties = kept or _NO_PROPERTIES
+    if not item._report_sections:
+        item._report_sections = _NO_SECTIONS
+
+
+def _shared(value: Any) -> Any:
+    """A short string as the one interned copy (a served model's name, a finish reason); anything else as it is."""
+    return sys.intern(value) if isinstance(value, str) and len(value) <= 200 else value
 
 
 def _trial_verdict(trial: dict[str, Any]) -> TrialVerdict:
