@@ -72,10 +72,9 @@ def candidates(results_path: Path, store_dir: Path | None) -> tuple[list[Candida
         raise LabelingError(str(exc)) from None
     run = results["run"]
     model = str(run.get("model") or run.get("target") or "")
-    flips: set[str] = set()
-    for summary in results["datasets"].values():
-        comparison: dict[str, Any] = dict(summary.get("comparison") or {})
-        flips.update(comparison.get("newly_refused_ids") or [], comparison.get("newly_answered_ids") or [])
+    from pytest_orbench.outputs import flipped_ids
+
+    flips = flipped_ids(results)
     store = Store(store_dir, check=True) if store_dir is not None and (store_dir / STORE_FILE).is_file() else None
     judge = KeywordJudge()
     found: list[Candidate] = []

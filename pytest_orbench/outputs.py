@@ -39,13 +39,19 @@ def tradeoff_svg(results: ResultsDocument) -> str:
     return svg(paper_points() + our_points(results["datasets"]))
 
 
-def prompts_that_matter(results: ResultsDocument) -> list[Any]:
-    """The prompts a person reads first: every flip (either direction, against the baseline or the live base) and
-    every error (the prompt's, a trial's, the live base's)."""
+def flipped_ids(results: ResultsDocument) -> set[str]:
+    """The prompts whose verdict flipped against the baseline or the live base, either direction, every dataset."""
     flipped: set[str] = set()
     for summary in results["datasets"].values():
         comparison: Mapping[str, Any] = summary.get("comparison") or {}
         flipped.update(comparison.get("newly_refused_ids") or [], comparison.get("newly_answered_ids") or [])
+    return flipped
+
+
+def prompts_that_matter(results: ResultsDocument) -> list[Any]:
+    """The prompts a person reads first: every flip (either direction, against the baseline or the live base) and
+    every error (the prompt's, a trial's, the live base's)."""
+    flipped = flipped_ids(results)
     return [p for p in results["prompts"] if p["id"] in flipped or p.get("error") or p.get("trial_errors")
             or (isinstance(p.get("base"), dict) and p["base"].get("error"))]
 

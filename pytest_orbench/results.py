@@ -430,9 +430,24 @@ class RunResults:
         terminalreporter.stats.setdefault("failed", []).append(report)
 
 
-# Shared by the logged reports of prompt tests that have none (80,000 empty lists otherwise); never appended to.
+# Shared by the logged reports and the run items of prompt tests that have none (80,000 empty lists otherwise);
+# never appended to.
 _NO_PROPERTIES: list[tuple[str, object]] = []
-_NO_SECTIONS: list[tuple[str, str]] = []
+_NO_SECTIONS: list[Any] = []
+
+
+def _without_record(properties: list[tuple[str, object]]) -> list[tuple[str, object]]:
+    """User properties without the prompt's record string: the shared empty list when nothing else is left."""
+    return [p for p in properties if p[0] != REPORT_PROPERTY] or _NO_PROPERTIES
+
+
+def release_item(item: pytest.Item) -> None:
+    """What a prompt item holds only for its run, released once every report of it is made and logged: the
+    record's JSON string (read into the results by then; ReportRelease releases the reports' copies) and
+    pytest's per-item lists, then empty."""
+    item.user_properties = _without_record(item.user_properties)
+    if not item._report_sections:
+        item._report_sections = _NO_SECTIONS
 
 
 class ReportRelease:
@@ -447,12 +462,9 @@ class ReportRelease:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not report.nodeid.startswith("orbench/"):
             return
-        properties = report.user_properties  # each report's own list (the item's is released after its teardown)
-        if any(name == REPORT_PROPERTY for name, _ in properties):
-            properties[:] = [(name, value) for name, value in properties if name != REPORT_PROPERTY]
+        # each report's own list (the item's is released after its teardown, release_item)
+        report.user_properties = _without_record(report.user_properties)
         report.keywords = {}  # the item's keyword names (~500 B), read by no one once the report is logged
-        if not properties:
-            report.user_properties = _NO_PROPERTIES  # the prompts' reports share one empty list
         if not report.sections:
             report.sections = _NO_SECTIONS
         if report.when != "call" and report.passed and self.reporter is not None:

@@ -38,7 +38,6 @@ from pytest_orbench.labels import Label, labelled, load_labels, reply_digest
 from pytest_orbench.options import format_age
 from pytest_orbench.progress import ProgressDisplay
 from pytest_orbench.records import (
-    REPORT_PROPERTY,
     BaselineDocument,
     BaseRecord,
     Combined,
@@ -51,7 +50,7 @@ from pytest_orbench.records import (
 )
 from pytest_orbench.refusal_model import load_model
 from pytest_orbench.report import header_line
-from pytest_orbench.results import ErrorDigest, ReportRelease, RunResults, dry_run
+from pytest_orbench.results import ErrorDigest, ReportRelease, RunResults, dry_run, release_item
 from pytest_orbench.settings import Settings
 from pytest_orbench.spec import calls_go_to, kwargs_endpoint, redact_url
 from pytest_orbench.store import StoreError, response_key
@@ -654,21 +653,6 @@ def _error_from(outcome: Outcome) -> str:
     """Which call left a reply without a verdict: the endpoint's (no reply) or the LLM judge's."""
     return "judge" if outcome.error is None and outcome.record is not None and outcome.judge_error is not None \
         else "endpoint"
-
-
-# Shared by the prompt items after their run (80,000 empty lists otherwise); never added to.
-_NO_PROPERTIES: list[tuple[str, object]] = []
-_NO_SECTIONS: list[tuple[str, str, str]] = []
-
-
-def release_item(item: pytest.Item) -> None:
-    """What a prompt item holds only for its run, released once every report of it is made and logged: the
-    record's JSON string (read into the results by then; results.ReportRelease releases the reports' copies)
-    and pytest's per-item lists, then empty."""
-    kept = [p for p in item.user_properties if p[0] != REPORT_PROPERTY]
-    item.user_properties = kept or _NO_PROPERTIES
-    if not item._report_sections:
-        item._report_sections = _NO_SECTIONS
 
 
 def _shared(value: Any) -> Any:

@@ -166,6 +166,14 @@ def _damaged(method: Callable[P, R]) -> Callable[P, R]:
     return guarded
 
 
+def _quick_check(conn: sqlite3.Connection) -> None:
+    """Every page read once (PRAGMA quick_check): a damaged store raises DatabaseError, named as damaged."""
+    found = [str(row[0]) for row in conn.execute("PRAGMA quick_check(3)").fetchall()]
+    if found != ["ok"]:
+        first = " ".join("; ".join(found).split())
+        raise sqlite3.DatabaseError(f"database disk image is malformed ({first[:200]})")
+
+
 def _read_only_file_system(directory: Path) -> bool:
     """Whether the folder (or the nearest existing one above it) is on a file system mounted read-only."""
     for folder in (directory, *directory.parents):
@@ -244,9 +252,7 @@ class Store:
             conn = self._conn()
             version = int(conn.execute("PRAGMA user_version").fetchone()[0])
             if self._check:
-                found = [str(row[0]) for row in conn.execute("PRAGMA quick_check(3)").fetchall()]
-                if found != ["ok"]:
-                    raise sqlite3.DatabaseError(f"database disk image is malformed ({' '.join('; '.join(found).split())[:200]})")
+                _quick_check(conn)
         except (OSError, sqlite3.Error) as exc:
             self.close()
             raise unusable(directory, exc) from exc
@@ -274,10 +280,7 @@ class Store:
         existed = self.path.is_file() and self.path.stat().st_size > 0
         conn = self._conn()
         if self._check and existed:
-            found = [str(row[0]) for row in conn.execute("PRAGMA quick_check(3)").fetchall()]
-            if found != ["ok"]:
-                first = " ".join("; ".join(found).split())
-                raise sqlite3.DatabaseError(f"database disk image is malformed ({first[:200]})")
+            _quick_check(conn)
         self._migrate(conn, directory)
         # Outcomes of runs that ended without cleaning up (killed) are worthless after a day.
         old = time.time() - 86400
