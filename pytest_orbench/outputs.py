@@ -109,25 +109,24 @@ def write_outputs(results: ResultsDocument, *, json: Path | None = None, markdow
 
         return render_markdown_within(results, markdown_max_chars or GITHUB_COMMENT_LIMIT)
 
-    also: list[Path] = []  # the JSON Lines file of a large run's results
-    files: list[tuple[Path | None, Callable[[Path], None]]] = [
-        (json, lambda path: also.extend(write_results(path, results)[:-1])),
+    # Each writer returns the files it wrote: the results JSON of a large run is two.
+    files: list[tuple[Path | None, Callable[[Path], object]]] = [
+        (json, lambda path: write_results(path, results)),
         (markdown, lambda path: write_atomic(path, render_markdown())),
         (svg, lambda path: write_atomic(path, tradeoff_svg(results))),
         (junit, lambda path: write_atomic(path, junit_xml(results))),
         (html, lambda path: write_atomic(path, render_html(results, reference, store, labels))),
     ]
-    written = []
+    written: list[Path] = []
     for path, write in files:
         if path is None:
             continue
         try:
-            write(path)
+            wrote = write(path)
         except OSError as exc:
             if failed is None:
                 raise
             failed[path] = exc.strerror or str(exc)  # the atomic write left no half-written file behind
             continue
-        written += [*also, path]
-        also.clear()
+        written += wrote if isinstance(wrote, list) else [path]
     return written
