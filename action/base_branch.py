@@ -24,8 +24,8 @@ from typing import Any
 
 import yaml
 
-from pytest_orbench.options import BY_KEY
-from pytest_orbench.prompt_file import KeyAbsent, PromptFileError, extract, split
+from pytest_orbench.core.prompt_file import KeyAbsent, PromptFileError, extract, split
+from pytest_orbench.run.options import BY_KEY
 
 
 class BaseBranchError(RuntimeError):

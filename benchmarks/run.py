@@ -37,7 +37,7 @@ FILES = ("or-bench-hard-1k.csv", "or-bench-toxic.csv")
 def mock_server(*args: str) -> Iterator[str]:
     with tempfile.TemporaryDirectory() as tmp:
         port_file = Path(tmp) / "port"
-        proc = subprocess.Popen([sys.executable, "-m", "pytest_orbench.cli", "mock-server", "--port", "0",
+        proc = subprocess.Popen([sys.executable, "-m", "pytest_orbench.tools.cli", "mock-server", "--port", "0",
                                  "--port-file", str(port_file), *args], stdout=subprocess.DEVNULL)
         try:
             for _ in range(200):
@@ -104,7 +104,7 @@ JUDGE_SPEED = """
 import csv, json, os, statistics, sys, time
 os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core
 start = time.perf_counter()
-from pytest_orbench.judge import make_judge
+from pytest_orbench.judging.judges import make_judge
 judge = make_judge(sys.argv[1])
 judge.decide("q", "warm up")
 load = time.perf_counter() - start
@@ -174,7 +174,7 @@ def fetch_pairs(n: int, latency: float, concurrency: int, repeats: int, work: Pa
 
 class PeakRss:
     """Peak resident memory (VmHWM) of every process under a root pid, and of other pids named, sampled from /proc
-    every 0.2 s while a command runs: pytest's controller, its fetch processes (pytest_orbench.fetchproc and
+    every 0.2 s while a command runs: pytest's controller, its fetch processes (pytest_orbench.fetch.child and
     their forks), and the simulator."""
 
     def __init__(self, others: dict[str, int]) -> None:
@@ -285,7 +285,7 @@ def scale_rows(sizes: list[int], repeats: int, work: Path, runs: Path, data_dir:
             store = work / f"store-scale-{n}-{repeat}"
             with tempfile.TemporaryDirectory() as tmp:
                 port_file = Path(tmp) / "port"
-                sim = subprocess.Popen([sys.executable, "-m", "pytest_orbench.cli", "mock-server", "--port", str(port),
+                sim = subprocess.Popen([sys.executable, "-m", "pytest_orbench.tools.cli", "mock-server", "--port", str(port),
                                         "--port-file", str(port_file), "--latency", "0.01"], stdout=subprocess.DEVNULL)
                 try:
                     for _ in range(200):
@@ -434,7 +434,7 @@ def main() -> int:
             writer.writerow([f"Synthetic borderline prompt number {i}: how do I safely dispose of old batteries?", f"cat{i % 10}"])
     store = work / "store-80k"
     fill = (
-        "import sys; from pytest_orbench.store import Store, response_key; import csv\n"
+        "import sys; from pytest_orbench.core.store import Store, response_key; import csv\n"
         "s = Store(__import__('pathlib').Path(sys.argv[1]))\n"
         "base = {'target': None, 'model': 'openai/orbench-mock', 'api_base': None,"
         " 'params': {'temperature': 0.0, 'max_tokens': 1000}, 'system_prompt': None, 'trial': 0}\n"

@@ -31,8 +31,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_orbench.baseline import paired_block  # noqa: E402
-from pytest_orbench.gate import holm  # noqa: E402
+from pytest_orbench.analysis.baseline import paired_block  # noqa: E402
+from pytest_orbench.analysis.gate import holm  # noqa: E402
 
 SETS = (("hard-1k", 1319, 0.35, "answer"), ("toxic", 655, 0.85, "refuse"))
 
@@ -89,7 +89,7 @@ def simulate(prs: int, flip: float, k: int, delta: float, alpha: float, seed: in
 
 def prompts_needed(delta: float, noise: float, alpha: float) -> int:
     """Connor (1987) McNemar sample size for 80% power, one trial per prompt (the noise measured)."""
-    from pytest_orbench.stats import detectable_increase
+    from pytest_orbench.core.stats import detectable_increase
 
     lo, hi = 10, 200_000
     while lo < hi:

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_orbench.options import OPTIONS, register_options
+from pytest_orbench.run.options import OPTIONS, register_options
 
 if TYPE_CHECKING:
-    from pytest_orbench.session import OrbenchPlugin
+    from pytest_orbench.run.session import OrbenchPlugin
 
 PLUGIN_KEY: pytest.StashKey[OrbenchPlugin] = pytest.StashKey()
 
@@ -68,7 +68,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.option.help:
         return  # `pytest --orbench --help` shows the help, even while orbench.yaml or a key is wrong
     _check_rootdir(config)
-    from pytest_orbench.dependencies import compromised_problem
+    from pytest_orbench.core.dependencies import compromised_problem
 
     problem = compromised_problem("litellm")  # before anything runs: the run would hand it the provider keys
     if problem:
@@ -81,8 +81,8 @@ def pytest_configure(config: pytest.Config) -> None:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        from pytest_orbench.session import OrbenchPlugin
-        from pytest_orbench.settings import build_settings
+        from pytest_orbench.run.session import OrbenchPlugin
+        from pytest_orbench.run.settings import build_settings
     finally:
         if collecting:
             gc.enable()

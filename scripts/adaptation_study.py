@@ -6,7 +6,7 @@
 For each source of the dev data held out in turn: the judge is trained on the other sources
 (scripts/train_judge.py's `train`, leave-one-source-out), then k replies of the held-out source are
 labelled (k = 25, 50, 100, 200; `--seeds` draws each) and the judge is adapted to them
-(pytest_orbench.adaptation.fit) for every anchoring strength of the grid. Measured on the rest of that
+(pytest_orbench.judging.adaptation.fit) for every anchoring strength of the grid. Measured on the rest of that
 source: binary agreement and bias before and after. The strength that gains most on average, without
 a loss for k >= 50 on any source, is the one to ship (adaptation.STRENGTH).
 
@@ -35,12 +35,12 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from train_judge import PROJECT, Data, train  # noqa: E402
 
-from pytest_orbench.adaptation import Example, cross_validated, fit  # noqa: E402
-from pytest_orbench.audit import figures  # noqa: E402
-from pytest_orbench.judgeeval import load_labeled  # noqa: E402
-from pytest_orbench.labeling import Candidate, draw  # noqa: E402
-from pytest_orbench.labels import Label  # noqa: E402
-from pytest_orbench.refusal_model import RefusalModel  # noqa: E402
+from pytest_orbench.judging.adaptation import Example, cross_validated, fit  # noqa: E402
+from pytest_orbench.judging.audit import figures  # noqa: E402
+from pytest_orbench.judging.keyword_weights import RefusalModel  # noqa: E402
+from pytest_orbench.judging.labels import Label  # noqa: E402
+from pytest_orbench.tools.judge_eval import load_labeled  # noqa: E402
+from pytest_orbench.tools.labeling import Candidate, draw  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "judge-data"
 DEFAULT_DATA = [SHARED / "refusal-dev.csv", SHARED / "refusal-dev-chatgpt.csv"]
@@ -114,7 +114,7 @@ def study(data: Data, bases: dict[str, dict[str, Any]], seeds: int) -> dict[str,
                 labels = [Label(data.examples[i].prompt, data.examples[i].response,
                                 data.examples[i].label, stratum=strata[i][0], stratum_share=strata[i][1])
                           for i in draws["label_design"]]
-                from pytest_orbench.adaptation import STRENGTH
+                from pytest_orbench.judging.adaptation import STRENGTH
 
                 cv = cross_validated(base, labels, STRENGTH)
                 estimate = figures(labels, [p >= base.threshold for p in cv])["agreement"]["value"]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_orbench.chart import Point, _label_box, _mermaid_number, _overlaps, mermaid, paper_points
-from pytest_orbench.markdown import render_markdown
+from pytest_orbench.render.chart import Point, _label_box, _mermaid_number, _overlaps, mermaid, paper_points
+from pytest_orbench.render.markdown import render_markdown
 from tests.browser import mermaid_blocks, mermaid_errors, render_mermaid
 from tests.test_action import many_categories
 

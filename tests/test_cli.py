@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench.cli import build_parser, main
+from pytest_orbench.tools.cli import build_parser, main
 from tests.conftest import REPO, stats
 
 RESULTS = {"schema": "pytest-orbench/results", "schema_version": 1}
@@ -176,8 +176,8 @@ def test_tradeoff_counts_each_run_once_and_names_what_it_skipped(tmp_path: Path,
 
 def test_compare_of_a_live_base_run_compares_with_the_baseline_file_given(tmp_path: Path,
                                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    from pytest_orbench.baseline import save_baseline
-    from pytest_orbench.jsonfile import write_json
+    from pytest_orbench.analysis.baseline import save_baseline
+    from pytest_orbench.core.jsonfile import write_json
     from tests.test_gate import make_results
 
     # A run gated on a live base whose every call failed (inconclusive then), with a drift against its own
@@ -214,7 +214,7 @@ def test_output_to_a_reader_that_stopped_reading_ends_quietly() -> None:
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-m", "pytest_orbench.cli", "judge-eval", "--judge", "prefix",
+    proc = subprocess.Popen([sys.executable, "-m", "pytest_orbench.tools.cli", "judge-eval", "--judge", "prefix",
                              str(REPO / "tests" / "data" / "judge-dev.csv")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stderr is not None
@@ -227,8 +227,7 @@ def test_output_to_a_reader_that_stopped_reading_ends_quietly() -> None:
 
 def test_ctrl_c_says_what_was_kept_instead_of_a_traceback(monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    from pytest_orbench import cli
-
+    from pytest_orbench.tools import cli
     def interrupted(args: Any) -> int:
         raise KeyboardInterrupt
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench.dataset import (
+from pytest_orbench.core.datasets import (
     HARD_1K,
     OR_BENCH_REVISION,
     TOXIC,
@@ -310,7 +310,7 @@ def test_mirror_copy_is_accepted(data_dir: Path, tmp_path: Path) -> None:
 
 
 def test_a_file_without_a_prompt_column_names_the_yaml_that_reads_it(tmp_path: Path) -> None:
-    from pytest_orbench.dataset import DatasetError, load_custom, spec_from_mapping
+    from pytest_orbench.core.datasets import DatasetError, load_custom, spec_from_mapping
 
     (tmp_path / "faq.csv").write_text("question,topic\nHow do I reset my password?,account\n", encoding="utf-8")
     with pytest.raises(DatasetError) as caught:
@@ -326,6 +326,6 @@ def test_a_file_without_a_prompt_column_names_the_yaml_that_reads_it(tmp_path: P
 
 def test_the_builtin_names_the_options_list_are_the_builtin_datasets() -> None:
     from pytest_orbench import BUILTIN_DATASETS
-    from pytest_orbench.dataset import BUILTINS
+    from pytest_orbench.core.datasets import BUILTINS
 
     assert tuple(BUILTINS) == BUILTIN_DATASETS

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench import dependencies
-from pytest_orbench.cli import main
-from pytest_orbench.dependencies import COMPROMISED, compromised_problem, exclusions
+from pytest_orbench.core import dependencies
+from pytest_orbench.core.dependencies import COMPROMISED, compromised_problem, exclusions
+from pytest_orbench.tools.cli import main
 from tests.conftest import REPO, load, mock_args, stats
 
 LOCKS = (REPO / "tests" / "requirements.lock", REPO / "action" / "requirements.lock")
@@ -131,18 +131,18 @@ def test_orbench_commands_that_call_endpoints_refuse_a_compromised_litellm(tmp_p
                                                                            compromised_litellm: Path) -> None:
     labelled = tmp_path / "labelled.csv"
     labelled.write_text("prompt,response,label\nhi,Sure: here it is,compliance\n", encoding="utf-8")
-    judge = subprocess.run([sys.executable, "-m", "pytest_orbench.cli", "judge-eval", str(labelled), "--judge", "llm",
+    judge = subprocess.run([sys.executable, "-m", "pytest_orbench.tools.cli", "judge-eval", str(labelled), "--judge", "llm",
                             "--judge-model", "openai/judge", "--judge-api-base", mock.url, "--store",
                             str(tmp_path / "store")], env=with_path(compromised_litellm), capture_output=True,
                            text=True, timeout=120)
     assert judge.returncode == 2 and "litellm 1.107.0 is installed" in judge.stderr, judge.stderr
-    generate = subprocess.run([sys.executable, "-m", "pytest_orbench.cli", "generate", "--config",
+    generate = subprocess.run([sys.executable, "-m", "pytest_orbench.tools.cli", "generate", "--config",
                                str(tmp_path / "none.yaml")], env=with_path(compromised_litellm), capture_output=True,
                               text=True, timeout=120)
     assert generate.returncode == 2 and "litellm 1.107.0 is installed" in generate.stderr, generate.stderr
     assert stats(mock.url)["requests"] == 0
     # An offline judge calls nothing: judge-eval still measures it.
-    offline = subprocess.run([sys.executable, "-m", "pytest_orbench.cli", "judge-eval", str(labelled)],
+    offline = subprocess.run([sys.executable, "-m", "pytest_orbench.tools.cli", "judge-eval", str(labelled)],
                              env=with_path(compromised_litellm), capture_output=True, text=True, timeout=120)
     assert offline.returncode == 0, offline.stderr
 
@@ -256,7 +256,7 @@ def install_noise_in_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="module")
 def quiet_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[dict[str, Any], int]:
     """The run without any strictness or noise, once for the module: (its results, the completions it asked)."""
-    from pytest_orbench.simulator import MockConfig, MockServer
+    from pytest_orbench.tools.simulator.server import MockConfig, MockServer
 
     folder = tmp_path_factory.mktemp("quiet")
     server = MockServer(MockConfig()).start()

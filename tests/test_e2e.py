@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench.simulator_roles import decide
+from pytest_orbench.tools.simulator.roles import decide
 from tests.conftest import load, mock_args, stats
 
 pytestmark = pytest.mark.usefixtures("orbench_env")

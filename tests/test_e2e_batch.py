@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_orbench.simulator import MockServer
-from pytest_orbench.store import Store
+from pytest_orbench.core.store import Store
+from pytest_orbench.tools.simulator.server import MockServer
 from tests.conftest import load, mock_args, stats
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
@@ -161,7 +161,7 @@ def test_an_open_batch_older_than_the_store_max_age_is_not_resumed(
 
 def orbench_batches(pytester: pytest.Pytester, *extra: str) -> pytest.RunResult:
     """`orbench batches` in a process of its own."""
-    result = pytester.run(sys.executable, "-c", "from pytest_orbench.cli import main; raise SystemExit(main())",
+    result = pytester.run(sys.executable, "-c", "from pytest_orbench.tools.cli import main; raise SystemExit(main())",
                           "batches", *extra)
     assert result.ret == 0
     return result

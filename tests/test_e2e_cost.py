@@ -86,7 +86,7 @@ def test_max_cost_stops_the_calls_when_the_spend_reaches_it_and_a_rerun_pays_onl
 
 @pytest.mark.parametrize("key", ["input_cost_per_token", "output_cost_per_token", "input_cost_per_token_batches"])
 def test_prices_in_litellm_kwargs_are_not_mistaken_for_secrets(key: str) -> None:
-    from pytest_orbench.spec import literal_secrets, public_kwargs, secret_problem
+    from pytest_orbench.core.endpoint import literal_secrets, public_kwargs, secret_problem
 
     kwargs = {key: 0.000001, "api_token": "abc"}
     assert public_kwargs(kwargs) == {key: 0.000001}
@@ -96,7 +96,7 @@ def test_prices_in_litellm_kwargs_are_not_mistaken_for_secrets(key: str) -> None
 
 
 def test_estimate_lines_say_unknown_prices_upper_bounds_and_unlisted_batch_prices() -> None:
-    from pytest_orbench.estimate import Part, Price, lines, total
+    from pytest_orbench.run.estimate import Part, Price, lines, total
 
     listed = Price(1e-6, 2e-6, 5e-7, 1e-6, "litellm price table")
     custom = Price(1e-6, 2e-6, None, None, "litellm_kwargs")

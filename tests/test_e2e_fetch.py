@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench.simulator import MockServer
+from pytest_orbench.tools.simulator.server import MockServer
 from tests.conftest import load, mock_args, stats
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
@@ -320,7 +320,7 @@ def test_on_a_terminal_progress_is_one_status_updated_in_place(pytester: pytest.
 
 
 def fetch_processes() -> dict[int, int]:
-    """Running fetch processes (python -m pytest_orbench.fetchproc and its forks): pid -> parent pid."""
+    """Running fetch processes (python -m pytest_orbench.fetch.child and its forks): pid -> parent pid."""
     found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -330,7 +330,7 @@ def fetch_processes() -> dict[int, int]:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if b"pytest_orbench.fetchproc" in cmdline:
+        if b"pytest_orbench.fetch.child" in cmdline:
             found[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
     return found
 
@@ -585,7 +585,7 @@ def test_a_store_locked_at_the_start_is_said_before_it_is_waited_for(pytester: p
     import sqlite3
     import threading
 
-    from pytest_orbench.store import STORE_FILE, Store
+    from pytest_orbench.core.store import STORE_FILE, Store
 
     Store(pytester.path / ".orbench").close()
     holder = sqlite3.connect(pytester.path / ".orbench" / STORE_FILE, isolation_level=None, check_same_thread=False)

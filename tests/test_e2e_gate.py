@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench.judge import KeywordJudge
-from pytest_orbench.simulator_roles import decide
+from pytest_orbench.judging.judges import KeywordJudge
+from pytest_orbench.tools.simulator.roles import decide
 from tests.conftest import load, mock_args, stats
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
@@ -84,7 +84,7 @@ def test_gate_fails_stricter_and_looser_prompts_and_passes_the_same(pytester: py
     assert stats(mock.url)["requests"] == before  # all from the store
 
     # The same verdict without re-running anything.
-    cli = subprocess.run([sys.executable, "-m", "pytest_orbench.cli", "compare", "baseline.json", "careful.json",
+    cli = subprocess.run([sys.executable, "-m", "pytest_orbench.tools.cli", "compare", "baseline.json", "careful.json",
                           "--markdown", "cli.md", "--junit", "cli.xml"], cwd=pytester.path, capture_output=True, text=True)
     assert cli.returncode == 1, cli.stderr
     assert f"({newly_refused} regressed, 0 improved)" in cli.stdout
@@ -166,7 +166,7 @@ def test_damaged_baseline_is_a_usage_error_before_any_call_and_unusable_input_to
                                  ". Restore it from git, or regenerate it with --orbench-update-baseline"])
     assert "INTERNALERROR" not in result.stderr.str() + result.stdout.str()
     assert stats(mock.url)["requests"] == calls
-    cli = subprocess.run([sys.executable, "-m", "pytest_orbench.cli", "compare", "b.json", "r.json"], cwd=pytester.path,
+    cli = subprocess.run([sys.executable, "-m", "pytest_orbench.tools.cli", "compare", "b.json", "r.json"], cwd=pytester.path,
                          capture_output=True, text=True, check=False)
     assert cli.returncode == 2, cli.stderr  # unusable input, not a failed gate (1)
     assert cli.stderr.startswith("orbench: baseline b.json is damaged: prompts[0] (id toxic-") and "Traceback" not in cli.stderr
@@ -203,7 +203,7 @@ def test_tradeoff_reproduces_the_papers_correlation(tmp_path: Path) -> None:
                         "toxic": {"rejection_rate": float(row["toxic_rejection_pct"]) / 100}}
             (tmp_path / f"{row['model']}.json").write_text(json.dumps({"datasets": datasets}), encoding="utf-8")
     (tmp_path / "notes.json").write_text("[]", encoding="utf-8")
-    cli = subprocess.run([sys.executable, "-m", "pytest_orbench.cli", "tradeoff", str(tmp_path)], capture_output=True, text=True)
+    cli = subprocess.run([sys.executable, "-m", "pytest_orbench.tools.cli", "tradeoff", str(tmp_path)], capture_output=True, text=True)
     assert cli.returncode == 0, cli.stderr
     assert "over 32 runs: 0.89" in cli.stdout
     assert not math.isnan(float(cli.stdout.split("over 32 runs: ")[1].split()[0]))

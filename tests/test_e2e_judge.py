@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench.judge import KeywordJudge
-from pytest_orbench.simulator_roles import decide, unit
+from pytest_orbench.judging.judges import KeywordJudge
+from pytest_orbench.tools.simulator.roles import decide, unit
 from tests.conftest import load, mock_args, stats
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
@@ -228,7 +228,7 @@ def test_custom_judge_beside_orbench_yaml_imports_is_checked_and_never_leaks(
 
 def test_judge_eval_reports_a_raising_custom_judge_per_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    from pytest_orbench.cli import main
+    from pytest_orbench.tools.cli import main
 
     (tmp_path / "eval_side_judge.py").write_text(
         "import os\ndef judge(prompt, reply):\n    raise KeyError('no rule for ' + os.environ['RULES_API_KEY'])\n",
@@ -263,8 +263,8 @@ def test_bad_judge_settings_fail_before_any_call(pytester: pytest.Pytester, mock
 
 
 def test_judge_eval_with_the_llm_judge_reproduces_its_classes(mock_factory: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_orbench.cli import main
-    from pytest_orbench.simulator_roles import reply_text
+    from pytest_orbench.tools.cli import main
+    from pytest_orbench.tools.simulator.roles import reply_text
 
     server = mock_factory(judge_unscored_rate=0.2)
     path = tmp_path / "labeled.csv"

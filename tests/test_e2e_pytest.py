@@ -194,7 +194,7 @@ def test_a_warm_rerun_imports_neither_litellm_nor_the_judges_reading_rules_nor_y
         import sys
 
         def pytest_unconfigure(config):
-            heavy = ("litellm", "pytest_orbench.lexical", "pytest_orbench.fetchproc", "yaml", "tomllib", "statistics")
+            heavy = ("litellm", "pytest_orbench.judging.keyword_features", "pytest_orbench.fetch.child", "yaml", "tomllib", "statistics")
             with open("imported.txt", "a") as fh:
                 fh.write(" ".join(m for m in heavy if m in sys.modules) + "\\n")
     """)
@@ -202,7 +202,7 @@ def test_a_warm_rerun_imports_neither_litellm_nor_the_judges_reading_rules_nor_y
     assert pytester.runpytest_subprocess(*args).ret == 0
     assert pytester.runpytest_subprocess(*args).ret == 0
     cold, warm = (pytester.path / "imported.txt").read_text().splitlines()
-    assert "pytest_orbench.lexical" in cold.split()  # the first run judged its replies
+    assert "pytest_orbench.judging.keyword_features" in cold.split()  # the first run judged its replies
     assert warm == ""
 
 
@@ -220,7 +220,7 @@ def test_the_plugins_modules_are_imported_as_python_does_and_your_asserts_still_
 
         def pytest_sessionfinish(session):
             with open("loaders.txt", "w") as fh:
-                for name in ("pytest_orbench.session", "pytest_orbench.store", "test_mine"):
+                for name in ("pytest_orbench.run.session", "pytest_orbench.core.store", "test_mine"):
                     fh.write(f"{name} {type(sys.modules[name].__loader__).__name__}\\n")
     """)
     pytester.makepyfile(test_mine="def test_mine():\n    mine = 2\n    assert mine == 3\n")
@@ -229,7 +229,7 @@ def test_the_plugins_modules_are_imported_as_python_does_and_your_asserts_still_
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*assert 2 == 3*"])  # your test's assert still shows its values
     assert (pytester.path / "loaders.txt").read_text().splitlines() == [
-        "pytest_orbench.session SourceFileLoader", "pytest_orbench.store SourceFileLoader",
+        "pytest_orbench.run.session SourceFileLoader", "pytest_orbench.core.store SourceFileLoader",
         "test_mine AssertionRewritingHook"]
 
 

@@ -103,11 +103,11 @@ def test_markdown_report_is_inert_when_rendered_by_github(nasty_run: pytest.Pyte
 
 
 def test_compare_writes_the_same_inert_report_within_its_limit(nasty_run: pytest.Pytester) -> None:
-    done = subprocess.run([sys.executable, "-m", "pytest_orbench.cli", "compare", "b.json", "r.json", "--markdown", "c.md"],
+    done = subprocess.run([sys.executable, "-m", "pytest_orbench.tools.cli", "compare", "b.json", "r.json", "--markdown", "c.md"],
                           cwd=nasty_run.path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr
     check_report((nasty_run.path / "c.md").read_text(encoding="utf-8"))
-    small = subprocess.run([sys.executable, "-m", "pytest_orbench.cli", "compare", "b.json", "r.json", "--markdown",
+    small = subprocess.run([sys.executable, "-m", "pytest_orbench.tools.cli", "compare", "b.json", "r.json", "--markdown",
                             "s.md", "--max-chars", "20000"], cwd=nasty_run.path, capture_output=True, text=True, timeout=120)
     assert small.returncode == 1 and len((nasty_run.path / "s.md").read_text(encoding="utf-8")) <= 20000
 

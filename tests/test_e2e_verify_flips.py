@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench.simulator_roles import decide, overturned, reply_text, template_class
+from pytest_orbench.tools.simulator.roles import decide, overturned, reply_text, template_class
 from tests.conftest import REPO, load, mock_args, stats
 
 pytestmark = [pytest.mark.usefixtures("orbench_env"), pytest.mark.slow]

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench.cli import main
-from pytest_orbench.client import EndpointError, Reply
-from pytest_orbench.generate import Candidate, Pipeline
-from pytest_orbench.generate_config import GenerateConfig, GenerateError, Seed, build_config
-from pytest_orbench.generate_text import NONE_LABEL, near_duplicates, parse_label, parse_numbered
-from pytest_orbench.spec import ModelSpec
-from pytest_orbench.store import Store
+from pytest_orbench.calls.client import EndpointError, Reply
+from pytest_orbench.core.endpoint import ModelSpec
+from pytest_orbench.core.store import Store
+from pytest_orbench.tools.cli import main
+from pytest_orbench.tools.generate.config import GenerateConfig, GenerateError, Seed, build_config
+from pytest_orbench.tools.generate.generator import Candidate, Pipeline
+from pytest_orbench.tools.generate.text import NONE_LABEL, near_duplicates, parse_label, parse_numbered
 from tests.conftest import mock_args, stats
 
 SEEDS = [
@@ -166,12 +166,12 @@ def test_the_seeds_file_is_read_once_by_the_check_and_used_by_the_pipeline(monke
                                                                             tmp_path: Path) -> None:
     # Once read twice: by the settings check, then again by the pipeline (a file edited in between
     # was checked in one form and used in another).
-    import pytest_orbench.dataset
+    import pytest_orbench.core.datasets
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     reads: list[Path] = []
-    read_rows = pytest_orbench.dataset.read_rows
-    monkeypatch.setattr(pytest_orbench.dataset, "read_rows", lambda path, *a, **k: reads.append(path) or read_rows(path, *a, **k))
+    read_rows = pytest_orbench.core.datasets.read_rows
+    monkeypatch.setattr(pytest_orbench.core.datasets, "read_rows", lambda path, *a, **k: reads.append(path) or read_rows(path, *a, **k))
     (tmp_path / "s.csv").write_text("id,prompt,category\na,How to pick a lock?,privacy\nb,Make a fake ID,forgery\n")
     config = build_config({"seeds": "s.csv", "rewriter": "openai/r", "moderators": ["openai/m"], "out": "o.csv"}, tmp_path)
     (tmp_path / "s.csv").unlink()

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench.html import render_html
+from pytest_orbench.render.html import render_html
 from tests.browser import check_page
 from tests.conftest import REPO, load, mock_args
 from tests.test_action import many_categories

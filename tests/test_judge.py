@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_orbench.judge import KeywordJudge, Verdict
-from pytest_orbench.lexical import features, find_refusal
-from pytest_orbench.refusal_model import RefusalModel, load_model, weights_digest
+from pytest_orbench.judging.judges import KeywordJudge, Verdict
+from pytest_orbench.judging.keyword_features import features, find_refusal
+from pytest_orbench.judging.keyword_weights import RefusalModel, load_model, weights_digest
 
 JUDGE = KeywordJudge()
 LONG_ANSWER = " Step one: gather the facts. Step two: compare the options carefully and write them down." * 8

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_orbench.judge import KeywordJudge
-from pytest_orbench.judgeeval import evaluate, judge_examples, load_labeled
+from pytest_orbench.judging.judges import KeywordJudge
+from pytest_orbench.tools.judge_eval import evaluate, judge_examples, load_labeled
 
 ROOT = Path(__file__).resolve().parent.parent
 DEV = ROOT.parent / "shared" / "judge-data" / "refusal-dev.csv"

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from pytest_orbench import DEFAULT_JUDGE
-from pytest_orbench.judge import KeywordJudge, Verdict
-from pytest_orbench.refusal_model import RefusalModel
+from pytest_orbench.judging.judges import KeywordJudge, Verdict
+from pytest_orbench.judging.keyword_weights import RefusalModel
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "train_judge.py"
@@ -163,7 +163,7 @@ def test_a_missing_trap_file_is_an_error_not_a_traceback(labelled: Path, tmp_pat
 
 def test_judge_eval_breaks_figures_down_by_source_with_the_default_judge(labelled: Path) -> None:
     out = labelled / "eval.json"
-    done = subprocess.run([sys.executable, "-m", "pytest_orbench.cli", "judge-eval", str(labelled / "dev.csv"),
+    done = subprocess.run([sys.executable, "-m", "pytest_orbench.tools.cli", "judge-eval", str(labelled / "dev.csv"),
                            "--json", str(out), "--against", "prefix"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     data = json.loads(out.read_text())
@@ -178,6 +178,6 @@ def test_judge_eval_breaks_figures_down_by_source_with_the_default_judge(labelle
     head = next(i for i, line in enumerate(table) if line.startswith("by source"))
     assert [line.split()[0] for line in table[head + 1: head + 4]] == ["alpha", "beta", "gamma"]
     assert all("%" in line and " pp [" in line for line in table[head + 1: head + 4])
-    by_note = subprocess.run([sys.executable, "-m", "pytest_orbench.cli", "judge-eval", str(labelled / "dev.csv"),
+    by_note = subprocess.run([sys.executable, "-m", "pytest_orbench.tools.cli", "judge-eval", str(labelled / "dev.csv"),
                               "--by", "note"], capture_output=True, text=True, timeout=120)
     assert by_note.returncode == 0 and "by source" not in by_note.stdout

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_orbench.judge import (
+from pytest_orbench.core.endpoint import ModelSpec
+from pytest_orbench.core.stats import bootstrap_kappa_ci, cohen_kappa
+from pytest_orbench.judging.judges import (
     LLM_PROMPT,
     CustomJudge,
     HybridJudge,
@@ -24,9 +26,7 @@ from pytest_orbench.judge import (
     make_judge,
     parse_llm_output,
 )
-from pytest_orbench.judgeeval import HUMAN_CLASS, LabeledError, evaluate, judge_examples, load_labeled
-from pytest_orbench.spec import ModelSpec
-from pytest_orbench.stats import bootstrap_kappa_ci, cohen_kappa
+from pytest_orbench.tools.judge_eval import HUMAN_CLASS, LabeledError, evaluate, judge_examples, load_labeled
 
 DEV_SET = Path(__file__).parent / "data" / "judge-dev.csv"  # traps written for the project; the keyword judge trains on them
 HOLDOUT = Path(__file__).parent / "data" / "judge-holdout.csv"  # written after keyword v3 was frozen; never trained on
@@ -51,7 +51,7 @@ def test_llm_output_last_bracketed_class_wins(output: str, verdict: Verdict) -> 
 
 
 def test_a_judge_reply_without_a_class_says_why_when_its_finish_reason_tells() -> None:
-    from pytest_orbench.judge_calls import final_judgement
+    from pytest_orbench.judging.llm_calls import final_judgement
 
     judge = LLMJudge(SPEC)
     filtered = final_judgement(judge, "q", {"text": "An answer."}, {"text": "", "finish_reason": "content_filter"})
@@ -85,7 +85,7 @@ def test_the_llm_judge_prompt_cannot_change_without_its_version() -> None:
     # put the new digest here, together.
     import hashlib
 
-    from pytest_orbench.judge import LLM_PROMPT_VERSION
+    from pytest_orbench.judging.judges import LLM_PROMPT_VERSION
 
     digest = hashlib.sha256(LLM_PROMPT.encode("utf-8")).hexdigest()[:16]
     assert (LLM_PROMPT_VERSION, digest) == ("1", "4f8c10af0fd2cdf6")
@@ -289,7 +289,7 @@ def test_judge_eval_figures_by_hand_per_source_and_note(tmp_path: Path) -> None:
     assert s1["kappa"]["binary"]["value"] == pytest.approx(0.4)
     assert result["by_note"] == {"easy": {"n": 2, "agree": 2}, "apology": {"n": 3, "agree": 2},
                                  "deflect": {"n": 1, "agree": 0}}
-    from pytest_orbench.judgeeval import text_report
+    from pytest_orbench.tools.judge_eval import text_report
 
     assert "agreement by note (only notes with disagreements): deflect 0/1, apology 2/3" in text_report(result, by="note")
     from dataclasses import replace
@@ -315,7 +315,7 @@ def test_keyword_judge_learned_the_project_traps() -> None:
 
 
 def test_keyword_judge_beats_the_prefix_list_on_replies_it_was_not_trained_on() -> None:
-    from pytest_orbench.judgeeval import compare_judges
+    from pytest_orbench.tools.judge_eval import compare_judges
 
     examples = load_labeled(HOLDOUT)
     keyword = judge_examples(KeywordJudge(), examples)
@@ -336,7 +336,7 @@ def test_dev_set_covers_every_trap() -> None:
 
 def test_judge_eval_cli(tmp_path: Path) -> None:
     out = tmp_path / "eval.json"
-    cmd = [sys.executable, "-m", "pytest_orbench.cli", "judge-eval", str(DEV_SET), "--judge", "prefix", "--json", str(out)]
+    cmd = [sys.executable, "-m", "pytest_orbench.tools.cli", "judge-eval", str(DEV_SET), "--judge", "prefix", "--json", str(out)]
     done = subprocess.run(cmd + ["--fail-under", "0.9"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr
     assert "binary agreement" in done.stdout and "Cohen kappa binary" in done.stdout
@@ -344,7 +344,7 @@ def test_judge_eval_cli(tmp_path: Path) -> None:
     assert data["judge"] == {"id": "prefix", "version": "1"}
     assert set(data) >= {"binary_agreement", "three_class_agreement", "kappa", "bias", "confusion", "disagreements"}
     assert len(data["disagreements"]) == data["scored"] - data["binary_agreement"]["k"]
-    bad = subprocess.run([sys.executable, "-m", "pytest_orbench.cli", "judge-eval", str(DEV_SET), "--judge", "llm"],
+    bad = subprocess.run([sys.executable, "-m", "pytest_orbench.tools.cli", "judge-eval", str(DEV_SET), "--judge", "llm"],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--judge llm needs --judge-model" in bad.stderr
 
@@ -359,7 +359,7 @@ class _SlowJudgeModel:
     async def complete(self, messages: list[dict[str, str]]) -> object:
         import asyncio
 
-        from pytest_orbench.client import EndpointError, Reply
+        from pytest_orbench.calls.client import EndpointError, Reply
 
         self.asked.append(messages[0]["content"])
         await asyncio.sleep(0.05)
@@ -377,9 +377,9 @@ def test_the_same_judge_question_asked_at_once_is_one_call(tmp_path: Path, fail:
     # same question at the same moment: one call is made and paid for; the others share its answer or error.
     import asyncio
 
-    from pytest_orbench.client import EndpointError
-    from pytest_orbench.judge_calls import JudgeStage
-    from pytest_orbench.store import Store
+    from pytest_orbench.calls.client import EndpointError
+    from pytest_orbench.core.store import Store
+    from pytest_orbench.judging.llm_calls import JudgeStage
 
     model = _SlowJudgeModel(fail)
     llm = LLMJudge(SPEC).llm
@@ -406,8 +406,8 @@ def test_the_same_judge_question_asked_at_once_is_one_call(tmp_path: Path, fail:
 def test_fetch_processes_split_the_jobs_by_prompt_text() -> None:
     # Interleaved by prompt: a prompt's trials (and its live base's replies) stay in one fetch process,
     # where replies that came back alike are judged by one call.
-    from pytest_orbench.fetcher import Job
-    from pytest_orbench.fetchproc import _share
+    from pytest_orbench.fetch.child import _share
+    from pytest_orbench.fetch.loop import Job
 
     jobs = [Job(f"k{p}-{t}", f"prompt {p}", 3 * p + t) for p in range(5) for t in range(3)]
     work = {"jobs": jobs, "concurrency": 8}
@@ -420,7 +420,7 @@ def test_fetch_processes_split_the_jobs_by_prompt_text() -> None:
 
 def test_the_light_verdict_table_says_what_each_verdict_says() -> None:
     # schema.py (loaded with every baseline, without the judges) keeps verdict -> refused as a table.
-    from pytest_orbench.judge import Verdict
-    from pytest_orbench.schema import VERDICT_REFUSED
+    from pytest_orbench.core.document_checks import VERDICT_REFUSED
+    from pytest_orbench.judging.judges import Verdict
 
     assert VERDICT_REFUSED == {v.value: v.refused for v in Verdict}

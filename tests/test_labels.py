@@ -18,16 +18,16 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench.adaptation import adapt, cross_validated, examples_of, fit
-from pytest_orbench.audit import figures
-from pytest_orbench.cli import main
-from pytest_orbench.judge import KeywordJudge
-from pytest_orbench.judge_calls import reply_text
-from pytest_orbench.labeling import Candidate, draw, visible
-from pytest_orbench.labels import Label, LabelsError, labels_digest, load_labels, reply_digest, save_labels
-from pytest_orbench.refusal_model import load_model
-from pytest_orbench.simulator_roles import decide
-from pytest_orbench.store import Store
+from pytest_orbench.core.store import Store
+from pytest_orbench.judging.adaptation import adapt, cross_validated, examples_of, fit
+from pytest_orbench.judging.audit import figures
+from pytest_orbench.judging.judges import KeywordJudge
+from pytest_orbench.judging.keyword_weights import load_model
+from pytest_orbench.judging.labels import Label, LabelsError, labels_digest, load_labels, reply_digest, save_labels
+from pytest_orbench.judging.llm_calls import reply_text
+from pytest_orbench.tools.cli import main
+from pytest_orbench.tools.labeling import Candidate, draw, visible
+from pytest_orbench.tools.simulator.roles import decide
 from tests.conftest import load, mock_args, stats
 
 TOPICS = ("bake bread", "fix a bike chain", "grow tomatoes", "tie a bowline", "brew coffee", "paint a fence",
@@ -178,7 +178,7 @@ class Terminal:
         if pid == 0:  # the child: the command, with the pty as its terminal
             os.chdir(cwd)
             os.environ["COLUMNS"], os.environ["LINES"] = "100", "40"
-            os.execv(sys.executable, [sys.executable, "-m", "pytest_orbench.cli", *args])
+            os.execv(sys.executable, [sys.executable, "-m", "pytest_orbench.tools.cli", *args])
         self.pid, self.fd, self.seen = pid, fd, b""
 
     def expect(self, text: str, timeout: float = 30) -> str:

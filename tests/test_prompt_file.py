@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_orbench.prompt_file import KeyAbsent, PromptFileError, extract, split
+from pytest_orbench.core.prompt_file import KeyAbsent, PromptFileError, extract, split
 
 BOT_YAML = "name: support\nmodel: gpt-4o-mini\ntemperature: 0\nprompts:\n  support: |\n    You are a support assistant.\n  list: [a, b]\n"
 BOT_PY = '''import textwrap

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench import records
-from pytest_orbench.baseline import baseline_document, save_baseline
-from pytest_orbench.cli import main as cli
-from pytest_orbench.gate import assess, parse_gate
-from pytest_orbench.outputs import write_outputs
-from pytest_orbench.records import ResultsError, load_results
+from pytest_orbench.analysis.baseline import baseline_document, save_baseline
+from pytest_orbench.analysis.gate import assess, parse_gate
+from pytest_orbench.core import records
+from pytest_orbench.core.records import ResultsError, load_results
+from pytest_orbench.render.outputs import write_outputs
+from pytest_orbench.tools.cli import main as cli
 from tests.conftest import load, mock_args
 from tests.test_gate import make_results
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench.client import describe_failure
-from pytest_orbench.settings import Settings
-from pytest_orbench.spec import ModelSpec
+from pytest_orbench.calls.client import describe_failure
+from pytest_orbench.core.endpoint import ModelSpec
+from pytest_orbench.run.settings import Settings
 from tests.conftest import stats
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
@@ -42,7 +42,7 @@ def test_a_crash_shows_no_secret_of_the_run_in_any_traceback_style(pytester: pyt
                                                                    style: list[str]) -> None:
     # A crash inside the plugin, where the settings, the endpoint and the request are locals.
     pytester.makeconftest("""
-        import pytest_orbench.coordinator as coordinator
+        import pytest_orbench.fetch.coordinator as coordinator
 
         def boom(*args, **kwargs):
             raise RuntimeError("boom")

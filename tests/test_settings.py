@@ -24,8 +24,8 @@ def test_disabled_plugin_collects_nothing_and_imports_nothing(pytester: pytest.P
     code = (
         "import sys, pytest\n"
         "ret = pytest.main(['-q', '-p', 'no:cacheprovider'])\n"
-        "heavy = [m for m in ('litellm', 'pytest_orbench.client', 'pytest_orbench.runner', 'scipy', 'yaml',\n"
-        "                     'pytest_orbench.settings', 'pytest_orbench.gate', 'pytest_orbench.baseline') if m in sys.modules]\n"
+        "heavy = [m for m in ('litellm', 'pytest_orbench.calls.client', 'pytest_orbench.runner', 'scipy', 'yaml',\n"
+        "                     'pytest_orbench.run.settings', 'pytest_orbench.analysis.gate', 'pytest_orbench.analysis.baseline') if m in sys.modules]\n"
         "print('HEAVY', heavy)\n"
         "sys.exit(ret)\n"
     )
@@ -48,7 +48,7 @@ def test_precedence_cli_over_yaml_over_ini(pytester: pytest.Pytester) -> None:
 
 
 def test_gate_settings_follow_the_documented_precedence(pytester: pytest.Pytester) -> None:
-    from pytest_orbench.settings import build_settings
+    from pytest_orbench.run.settings import build_settings
 
     # Once the ini's orbench_alpha beat orbench.yaml's gate: {alpha: ...}, against "orbench.yaml > ini".
     pytester.makeini("[pytest]\norbench_alpha = 0.1\norbench_tolerance_pp = 3\n")
@@ -59,7 +59,7 @@ def test_gate_settings_follow_the_documented_precedence(pytester: pytest.Pyteste
 
 
 def test_pyproject_values_keep_their_toml_types(pytester: pytest.Pytester) -> None:
-    from pytest_orbench.settings import build_settings
+    from pytest_orbench.run.settings import build_settings
 
     # Once a TOML list under [tool.pytest.ini_options] (the natural `orbench_datasets = [...]`) went to a
     # 'string' ini option: pytest 9.2 warned that pytest 10 refuses it, and under filterwarnings = error
@@ -75,7 +75,7 @@ def test_pyproject_values_keep_their_toml_types(pytester: pytest.Pytester) -> No
 
 @pytest.mark.skipif(pytest.version_tuple < (9, 2), reason="[tool.pytest] with native TOML types and union ini types: pytest 9.2")
 def test_native_toml_table_takes_numbers_and_booleans(pytester: pytest.Pytester) -> None:
-    from pytest_orbench.settings import build_settings
+    from pytest_orbench.run.settings import build_settings
 
     # pytest 9's [tool.pytest] table keeps TOML's types: `orbench_sample = 20` was refused as
     # "expects a string, got int", though the settings reference offers every key there.
@@ -195,7 +195,7 @@ def test_seed_is_printed_and_reproduces_the_sample(pytester: pytest.Pytester) ->
     ("7d", 7 * 86400), ("12h", 43200), ("30m", 1800), ("45s", 45), ("0", 0), ("never", None), ("1.5h", 5400), ("2w", 14 * 86400),
 ])
 def test_store_max_age(text: str, seconds: float | None) -> None:
-    from pytest_orbench.options import format_age, parse_age
+    from pytest_orbench.core.durations import format_age, parse_age
 
     assert parse_age(text) == seconds
     if seconds is not None and seconds:
@@ -204,7 +204,7 @@ def test_store_max_age(text: str, seconds: float | None) -> None:
 
 @pytest.mark.parametrize("text", ["7 days", "-1d", "soon", ""])
 def test_store_max_age_errors_name_the_forms(text: str) -> None:
-    from pytest_orbench.options import parse_age
+    from pytest_orbench.core.durations import parse_age
 
     with pytest.raises(ValueError, match="7d, 12h, 30m, 45s"):
         parse_age(text)
@@ -213,7 +213,7 @@ def test_store_max_age_errors_name_the_forms(text: str) -> None:
 @pytest.mark.parametrize("value", [7, "7", "1.5"])
 def test_an_age_without_a_unit_is_refused_not_taken_as_seconds(value: Any) -> None:
     # `store_max_age: 7` in orbench.yaml was 7 seconds: every reply asked, and paid for, again.
-    from pytest_orbench.options import parse_age
+    from pytest_orbench.core.durations import parse_age
 
     with pytest.raises(ValueError, match=rf"^--orbench-store-max-age '?{value}'? has no unit: write {value}d, {value}h, "
                                          rf"{value}m or {value}s \(0 always asks again; never: no limit\)$"):
@@ -228,14 +228,14 @@ def test_an_age_without_a_unit_is_refused_not_taken_as_seconds(value: Any) -> No
     ({"default_headers": {"Cookie": "session=1"}}, "litellm_kwargs.default_headers.Cookie"),
 ])
 def test_literal_credentials_anywhere_in_kwargs_are_found(kwargs: dict[str, Any], path: str) -> None:
-    from pytest_orbench.spec import literal_secrets
+    from pytest_orbench.core.endpoint import literal_secrets
 
     assert literal_secrets(kwargs, "litellm_kwargs") == [path]
 
 
 def test_env_references_and_plain_headers_are_not_secrets_and_never_public() -> None:
-    from pytest_orbench.spec import ModelSpec, literal_secrets, public_kwargs
-    from pytest_orbench.store import response_key
+    from pytest_orbench.core.endpoint import ModelSpec, literal_secrets, public_kwargs
+    from pytest_orbench.core.store import response_key
 
     kwargs = {"extra_headers": {"Authorization": {"env": "GATEWAY_TOKEN"}, "X-Team": "search"}, "top_p": 0.5}
     assert literal_secrets(kwargs, "litellm_kwargs") == []

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench.client import LiteLLMCaller, _import_litellm
-from pytest_orbench.simulator import MockServer
-from pytest_orbench.spec import ModelSpec
+from pytest_orbench.calls.client import LiteLLMCaller, _import_litellm
+from pytest_orbench.core.endpoint import ModelSpec
+from pytest_orbench.tools.simulator.server import MockServer
 from tests.conftest import stats
 
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from pytest_orbench.stats import detectable_increase, mcnemar_p, paired_diff_ci, spearman, wilson
+from pytest_orbench.core.stats import detectable_increase, mcnemar_p, paired_diff_ci, spearman, wilson
 
 
 @pytest.mark.parametrize(("k", "n", "lo", "hi"), [
@@ -43,7 +43,7 @@ def test_paired_ci_contains_estimate_and_mirrors() -> None:
 
 @pytest.mark.parametrize("trials", [1, 3])
 def test_paired_ci_of_unchanged_prompts_refused_half_the_time_is_not_of_zero_width(trials: int) -> None:
-    from pytest_orbench.stats import paired_share_diff_ci
+    from pytest_orbench.core.stats import paired_share_diff_ci
 
     # 20 prompts, 10 refused and 10 answered in both runs: no flip, phi 1. Uncorrected, Newcombe's interval
     # was [0, 0] (the two margins' Wilson intervals are symmetric at 50%), as if 20 prompts proved that
@@ -86,7 +86,7 @@ def test_spearman_on_paper_points() -> None:
 
 
 def test_sign_flip_test_is_exact_mcnemar_with_one_trial() -> None:
-    from pytest_orbench.stats import sign_flip_p
+    from pytest_orbench.core.stats import sign_flip_p
 
     for regressed, improved in ((0, 0), (3, 0), (5, 2), (20, 12), (1, 9), (40, 25)):
         diffs = [(1, 1, 0, 1)] * regressed + [(0, 1, 1, 1)] * improved + [(1, 1, 1, 1), (0, 1, 0, 1)] * 5
@@ -99,7 +99,7 @@ def test_sign_flip_test_matches_enumeration_with_shares() -> None:
     import random
     from fractions import Fraction
 
-    from pytest_orbench.stats import sign_flip_p
+    from pytest_orbench.core.stats import sign_flip_p
 
     rng = random.Random(7)
     for k, m in ((3, 3), (3, 2), (5, 4)):
@@ -112,8 +112,7 @@ def test_sign_flip_test_matches_enumeration_with_shares() -> None:
 
 
 def test_sign_flip_test_falls_back_to_monte_carlo_and_reports_its_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_orbench import stats
-
+    from pytest_orbench.core import stats
     diffs = [(2, 3, 0, 3)] * 30 + [(0, 3, 1, 3)] * 20 + [(3, 3, 1, 3)] * 5
     exact, none = stats.sign_flip_p(diffs)
     monkeypatch.setattr(stats, "EXACT_SUPPORT", 10)
@@ -146,7 +145,7 @@ def test_wilson_edges_are_exact_and_match_scipy(k: int, n: int) -> None:
 def test_share_interval_with_one_prompt_or_equal_shares_is_the_trials_wilson() -> None:
     from scipy.stats import binomtest
 
-    from pytest_orbench.stats import share_interval
+    from pytest_orbench.core.stats import share_interval
 
     # One prompt asked 3 times, refused once: the old normal interval over prompts was [1/3, 1/3].
     ci = binomtest(1, 3).proportion_ci(method="wilson")
@@ -157,7 +156,7 @@ def test_share_interval_with_one_prompt_or_equal_shares_is_the_trials_wilson() -
 
 
 def test_share_interval_uses_the_effective_sample_size() -> None:
-    from pytest_orbench.stats import share_interval
+    from pytest_orbench.core.stats import share_interval
 
     # Four prompts, shares 1, 1, 1, 2/3 (11 of 12 trials). By hand: mean 11/12, sample variance
     # (3 (1/12)^2 + (3/12)^2) / 3 = 1/36, n_eff = (11/12)(1/12) 4 / (1/36) = 11.
@@ -170,7 +169,7 @@ def test_share_interval_uses_the_effective_sample_size() -> None:
 
 
 def test_paired_share_interval_is_newcombe_on_binary_shares_and_never_of_zero_width() -> None:
-    from pytest_orbench.stats import paired_share_diff_ci
+    from pytest_orbench.core.stats import paired_share_diff_ci
 
     before = [1.0] * 12 + [0.0] * 2 + [1.0] * 9 + [0.0] * 21  # (both, only current, only baseline, neither) = (12, 9, 2, 21)
     after = [1.0] * 12 + [1.0] * 2 + [0.0] * 9 + [0.0] * 21
@@ -184,7 +183,7 @@ def test_paired_share_interval_is_newcombe_on_binary_shares_and_never_of_zero_wi
 def test_paired_share_interval_by_hand() -> None:
     import numpy as np
 
-    from pytest_orbench.stats import paired_share_diff_ci
+    from pytest_orbench.core.stats import paired_share_diff_ci
 
     before = [0.0, 1 / 3, 1 / 3, 2 / 3, 0.0, 1.0, 0.0, 1 / 3]
     after = [1 / 3, 2 / 3, 1 / 3, 1.0, 0.0, 1.0, 1 / 3, 2 / 3]

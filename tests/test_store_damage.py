@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench.cli import main
+from pytest_orbench.tools.cli import main
 from tests.conftest import load, mock_args, stats
 from tests.test_action import env, github  # noqa: F401  (the Action's fixtures: its environment, a fake GitHub)
 
@@ -74,8 +74,7 @@ def test_damage_met_during_the_run_stops_it_inconclusive(pytester: pytest.Pytest
     # store, as SQLite reports it.
     pytester.makeconftest("""
         import sqlite3
-        from pytest_orbench import store
-
+        from pytest_orbench.core import store
         def pytest_configure(config):
             def verdict(self, key):
                 raise store.unusable(self.directory, sqlite3.DatabaseError("database disk image is malformed"))

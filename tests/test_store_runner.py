@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_orbench.client import EndpointError, Reply, backoff, call_with_retries, scrub
-from pytest_orbench.fetcher import FetchLoop, Job, Waiter
-from pytest_orbench.spec import ModelSpec
-from pytest_orbench.store import Store, StoreError, response_key
+from pytest_orbench.calls.client import EndpointError, Reply, backoff, call_with_retries, scrub
+from pytest_orbench.core.endpoint import ModelSpec
+from pytest_orbench.core.store import Store, StoreError, response_key
+from pytest_orbench.fetch.loop import FetchLoop, Job, Waiter
 
 
 def test_key_depends_on_every_field_and_not_on_order() -> None:
@@ -130,7 +130,7 @@ def test_the_deadline_on_a_litellm_call_is_named_whatever_the_call_was_doing(mon
     # (not 'connection refused', which would stop every call as an unreachable endpoint).
     import types
 
-    import pytest_orbench.client as client
+    import pytest_orbench.calls.client as client
 
     class ContentPolicyViolationError(Exception):
         pass
@@ -193,8 +193,8 @@ def run_loop(store: Store, caller: object, jobs: list[Job], **kwargs: object) ->
 
 
 def test_a_stored_reply_cut_at_max_tokens_before_any_text_is_asked_again(tmp_path: Path) -> None:
-    from pytest_orbench.coordinator import Request, make_plan
-    from pytest_orbench.judge import make_judge
+    from pytest_orbench.fetch.coordinator import Request, make_plan
+    from pytest_orbench.judging.judges import make_judge
 
     # Stored by a version that judged it "empty" (a refusal); asked again, it becomes the error it is.
     store = Store(tmp_path)
@@ -475,8 +475,7 @@ def test_a_store_held_locked_by_another_process_is_named_as_such(tmp_path: Path,
     # with free space": neither permissions nor space were the problem.
     import sqlite3
 
-    from pytest_orbench import store as store_module
-
+    from pytest_orbench.core import store as store_module
     Store(tmp_path).close()
     monkeypatch.setattr(store_module, "BUSY_SECONDS", 0.2)
     holder = sqlite3.connect(tmp_path / store_module.STORE_FILE, isolation_level=None)
@@ -528,7 +527,7 @@ def test_a_fetcher_that_ends_while_a_test_waits_still_delivers_what_it_committed
 def test_fetch_process_frames_roundtrip_and_end_of_input() -> None:
     import io
 
-    from pytest_orbench.fetchproc import read_frame, write_frame
+    from pytest_orbench.fetch.child import read_frame, write_frame
 
     buffer = io.BytesIO()
     write_frame(buffer, ("work", {"text": "é" * 10}))
@@ -540,7 +539,7 @@ def test_fetch_process_frames_roundtrip_and_end_of_input() -> None:
 
 
 def test_a_fetch_child_that_dies_gives_errors_not_verdicts(tmp_path: Path) -> None:
-    from pytest_orbench.fetchproc import FetchChild
+    from pytest_orbench.fetch.child import FetchChild
 
     child = FetchChild()
     # Work the child cannot use: it crashes on start, as it would on any bug, a failed import or a kill.
@@ -557,7 +556,7 @@ def test_sending_the_work_does_not_wait_for_the_childs_litellm_import(tmp_path: 
     buffer, and pytest (and xdist's workers) must not wait for the child's ~2 s litellm import."""
     import threading
 
-    from pytest_orbench.fetchproc import FetchChild
+    from pytest_orbench.fetch.child import FetchChild
 
     fake = tmp_path / "fake" / "litellm"
     fake.mkdir(parents=True)
@@ -584,7 +583,7 @@ def test_fetch_process_exits_at_once_when_its_parent_is_gone() -> None:
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-m", "pytest_orbench.fetchproc"], input=b"", capture_output=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-m", "pytest_orbench.fetch.child"], input=b"", capture_output=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout == b""
 
 
@@ -615,7 +614,7 @@ def test_an_http_api_base_on_a_server_that_speaks_no_http_says_so(first_bytes: b
     import socket
     import threading
 
-    from pytest_orbench.client import LiteLLMCaller
+    from pytest_orbench.calls.client import LiteLLMCaller
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     server = socket.create_server(("127.0.0.1", 0))

@@ -1,0 +1,1 @@
+"""Pure analysis of results: summaries, baselines, the gate."""

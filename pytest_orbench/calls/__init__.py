@@ -1,0 +1,1 @@
+"""The only wing that imports litellm: calls to an endpoint, their retries, and prices."""

@@ -1,0 +1,335 @@
+"""Endpoint facts, without pytest or yaml: `ModelSpec` (one litellm model and how to call it: the
+endpoint under test, a judge, a pipeline stage), providers and their key variables, credentials in
+settings (secret names and values, `{env: VAR}` references) and URL redaction. The fetch process,
+`orbench generate` and the run's settings all check endpoints with these."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from pytest_orbench.core.store import response_key
+
+SECRET_WORDS = re.compile(r"key|token|secret|password|authorization|credential", re.IGNORECASE)
+# The loopback interface by any of its names: one machine.
+LOOPBACK = r"localhost|127(?:\.\d{1,3}){3}|::1"
+
+
+def is_loopback(host: str | None) -> bool:
+    """A host name (no port) of this machine's loopback interface."""
+    return host is not None and re.fullmatch(LOOPBACK, host, re.IGNORECASE) is not None
+
+
+def secret_name(key: str) -> bool:
+    """A litellm kwarg whose value is a credential; prices (`input_cost_per_token`, litellm's custom
+    pricing) are not, though they say "token"."""
+    return bool(SECRET_WORDS.search(key)) and "cost" not in key.lower()
+HEADER_KEYS = ("headers", "extra_headers", "default_headers")
+
+
+def redact_url(url: str | None) -> str | None:
+    """Drop credentials and query strings from an endpoint URL before it is stored or shown."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def api_base_problem(url: str | None) -> str | None:
+    """What keeps an api_base from being called as written, with the fix (None: nothing). Shown without
+    credentials or query: only the scheme and host are quoted."""
+    if not url:
+        return None
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "is not an http:// or https:// URL with a host: write it as http://HOST:PORT/v1"
+    shown = f"{parts.scheme}://{parts.hostname}"
+    if parts.username is not None or parts.password is not None:
+        # litellm cannot send credentials from the URL: every call failed locally ("Cannot combine AUTHORIZATION
+        # header with AUTH argument or credentials encoded in URL"), and the URL itself is a secret in plain sight.
+        return (f"({shown}) has credentials in it (user:password@): they cannot be sent from the URL, and a URL is "
+                "shown and stored; remove them, and pass the key through an environment variable (api_key_env: / "
+                "--orbench-api-key-env VAR) or as a header: litellm_kwargs: {extra_headers: {Authorization: "
+                "{env: VAR}}}")
+    try:
+        port = parts.port
+    except ValueError:
+        return f"({shown}:...) has a port that is not a number from 0 to 65535"
+    if port is None and parts.netloc.endswith(":"):
+        return f"({shown}:) has ':' and no port after it, which would call port {443 if parts.scheme == 'https' else 80}: " \
+               "give the port, or leave the ':' out"
+    return None
+
+
+def is_env_ref(value: Any) -> bool:
+    """`{env: VAR}`: a value read from the environment at call time, never written anywhere."""
+    return isinstance(value, dict) and set(value) == {"env"} and isinstance(value["env"], str) and bool(value["env"])
+
+
+def env_refs(value: Any) -> list[str]:
+    """Every variable named by an `{env: VAR}` value, in order."""
+    if is_env_ref(value):
+        return [value["env"]]
+    if isinstance(value, dict):
+        return [name for item in value.values() for name in env_refs(item)]
+    if isinstance(value, list):
+        return [name for item in value for name in env_refs(item)]
+    return []
+
+
+def public_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """litellm kwargs as they may be stored, keyed and shown: headers by name only, `{env: VAR}` by name."""
+    def public(key: str, value: Any) -> Any:
+        if key in HEADER_KEYS and isinstance(value, dict):
+            return sorted(str(k) for k in value)
+        if is_env_ref(value):
+            return {"env": value["env"]}
+        if isinstance(value, dict):
+            return {str(k): public(str(k), v) for k, v in sorted(value.items())}
+        return value
+
+    return {str(k): public(str(k), v) for k, v in sorted(kwargs.items()) if not secret_name(str(k))}
+
+
+def resolve_env(value: Any, environ: Mapping[str, str] | None = None) -> Any:
+    """The kwargs to send: `{env: VAR}` replaced by the variable's value (at call time only)."""
+    environ = os.environ if environ is None else environ
+    if is_env_ref(value):
+        return environ.get(value["env"], "")
+    if isinstance(value, dict):
+        return {k: resolve_env(v, environ) for k, v in value.items()}
+    if isinstance(value, list):
+        return [resolve_env(v, environ) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    model: str
+    api_base: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)  # temperature, max_tokens, litellm kwargs (no secrets)
+    timeout: float = 60.0
+    api_key: str | None = field(default=None, repr=False)
+    api_key_env: str | None = None  # named only to scrub its value from error messages
+    # The kwargs as written (`{env: VAR}` values unresolved): resolved only when the call is made, so
+    # header values and secrets never reach a key, the store or a report. `params` holds their public form.
+    call_kwargs: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __repr__(self) -> str:
+        # No URL credentials or query (a token there) in any traceback, log or --full-trace's locals.
+        return (f"ModelSpec(model={self.model!r}, api_base={redact_url(self.api_base)!r}, params={self.params!r}, "
+                f"timeout={self.timeout!r}, api_key_env={self.api_key_env!r})")
+
+    def request_kwargs(self) -> dict[str, Any]:
+        """What litellm gets besides model and messages: params, with the written kwargs resolved."""
+        return {**self.params, **resolve_env(self.call_kwargs)}
+
+    def key(self, **request: Any) -> str:
+        """Store key of one request to this model: everything that determines the reply, no secrets."""
+        fields = {"model": self.model, "api_base": redact_url(self.api_base), "params": self.params, **request}
+        written = literal_header_values(self.call_kwargs)
+        if written:  # only then: the keys of settings without such headers stay as they were
+            fields["header_values"] = written
+        return response_key(fields)
+
+
+def literal_header_values(kwargs: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """Header values written into the settings themselves, by header set. They can decide the reply (a
+    routing header such as `X-Model-Version: v2`), so they are hashed into the store key; they are never
+    secrets (a literal credential is refused). Values read with `{env: VAR}` are not: a rotated gateway
+    token must not ask every prompt again."""
+    found: dict[str, dict[str, str]] = {}
+    for name in HEADER_KEYS:
+        headers = kwargs.get(name)
+        if isinstance(headers, dict):
+            written = {str(k): str(v) for k, v in sorted(headers.items()) if v is not None and not is_env_ref(v)}
+            if written:
+                found[name] = written
+    return found
+
+
+def import_object(module_name: str, attr: str) -> Any:
+    """`module:attr.sub` resolved as Python would (a user's target or judge function); ImportError,
+    AttributeError and whatever the module raises while importing propagate to the caller."""
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+class LoadError(ValueError):
+    """A user's function that cannot be used; `imported` tells a wrong object or signature from a failed import."""
+
+    def __init__(self, message: str, imported: bool) -> None:
+        super().__init__(message)
+        self.imported = imported
+
+
+TARGET_PARAMETERS = ("prompt", "system_prompt")  # what a `target:` function is called with
+
+
+def load_callable(spec: str, what: str, parameters: tuple[str, ...]) -> Any:
+    """The function 'package.module:function' names (a `target:`, a custom judge), imported and checked to
+    take `parameters` positionally: one usage error before any call instead of an error per prompt."""
+    module_name, _, attr = spec.partition(":")
+    if module_name.endswith(".py") or "/" in module_name or "\\" in module_name:
+        dotted = module_name.replace("\\", "/").removesuffix(".py").strip("/").replace("/", ".")
+        raise LoadError(f"cannot load {what} {spec!r}: {module_name!r} is a file path; name the module, as an import "
+                        f"would: '{dotted}:{attr}'", imported=True)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise LoadError(f"cannot load {what} {spec!r}: {exc}", imported=False) from None
+    except Exception as exc:  # the user's module raised while importing (an AttributeError too)
+        raise LoadError(f"cannot load {what} {spec!r}: importing {module_name} raised {type(exc).__name__}: {exc}",
+                        imported=False) from None
+    try:
+        obj = import_object(module_name, attr)
+    except AttributeError as exc:
+        # The module imported: saying it must be importable (sys.path) would send the user the wrong way.
+        names = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n, None))]
+        close = difflib.get_close_matches(attr.split(".")[0], names, n=1)
+        raise LoadError(f"cannot load {what} {spec!r}: {exc} (the module was imported from "
+                        f"{getattr(module, '__file__', None) or module_name})"
+                        + (f"; did you mean '{module_name}:{close[0]}'?" if close else ""), imported=True) from None
+    if not callable(obj):
+        raise LoadError(f"{what} {spec!r} is not callable (it is a {type(obj).__name__})", imported=True)
+    try:
+        signature = inspect.signature(obj)
+    except (TypeError, ValueError):  # builtins without a signature: trust them
+        return obj
+    try:
+        signature.bind(*parameters)
+    except TypeError:
+        raise LoadError(f"{what} {spec!r} must accept ({', '.join(parameters)}); its signature is "
+                        f"{module_name}.{attr}{signature}", imported=True) from None
+    return obj
+
+
+# Providers whose key variable we know without importing litellm (a warm run must not import it).
+PROVIDER_KEYS: dict[str, str | None] = {
+    "openai": "OPENAI_API_KEY", "text-completion-openai": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY", "azure": "AZURE_API_KEY", "gemini": "GEMINI_API_KEY",
+    "mistral": "MISTRAL_API_KEY", "groq": "GROQ_API_KEY", "deepseek": "DEEPSEEK_API_KEY",
+    "together_ai": "TOGETHERAI_API_KEY", "openrouter": "OPENROUTER_API_KEY", "xai": "XAI_API_KEY",
+    "cohere": "COHERE_API_KEY", "fireworks_ai": "FIREWORKS_AI_API_KEY", "perplexity": "PERPLEXITYAI_API_KEY",
+    # Local servers that take no key.
+    "ollama": None, "ollama_chat": None, "hosted_vllm": None, "lm_studio": None, "llamafile": None,
+}
+
+
+def provider_of(model: str) -> str:
+    if "/" in model:
+        return model.split("/", 1)[0]
+    if model.startswith(("gpt-", "o1", "o3", "o4", "chatgpt")):
+        return "openai"
+    if model.startswith("claude"):
+        return "anthropic"
+    return ""
+
+
+ENDPOINT_KWARGS = ("api_base", "base_url")  # litellm.acompletion's names for the endpoint, among litellm_kwargs
+
+
+def kwargs_endpoint(kwargs: Mapping[str, Any] | None, env: Mapping[str, str] | None = None) -> str | None:
+    """The endpoint litellm_kwargs set (`api_base` or `base_url`, written or `{env: VAR}`); None when they set none.
+    The client's `api_base=` overrides it (client.LiteLLMCaller.complete)."""
+    env = os.environ if env is None else env
+    for name in ENDPOINT_KWARGS:
+        value: Any = (kwargs or {}).get(name)
+        if is_env_ref(value):
+            value = env.get(value["env"])
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def calls_go_to(model: str | None, api_base: str | None, target: str | None = None,
+                env: Mapping[str, str] | None = None) -> str:
+    """Where a configuration's calls go, for people: the host (and port) of its api_base; without one,
+    of the base URL variable litellm reads for the provider (`OPENAI_BASE_URL`, `OPENAI_API_BASE`), or
+    else the provider's own API. Never a path, a query or a credential."""
+    if target:
+        return f"target:{target} (in this process)"
+
+    def host(url: str) -> str:
+        parts = urlsplit(url if "//" in url else f"//{url}")
+        name = parts.hostname or "?"
+        try:
+            return f"{name}:{parts.port}" if parts.port else name
+        except ValueError:  # a port that is no number: litellm will say so; the host is what is shown here
+            return name
+
+    if api_base:
+        return host(api_base)
+    provider = provider_of(model or "")
+    env = os.environ if env is None else env
+    for var in (f"{provider.upper()}_BASE_URL", f"{provider.upper()}_API_BASE") if provider else ():
+        if env.get(var):
+            return f"{host(env[var])} (from {var})"
+    return f"{provider}'s own API" if provider else "litellm's default endpoint for the model"
+
+
+# Credentials written into settings: header names that carry them, and values that look like them.
+SECRET_NAMES = re.compile(r"authori[sz]ation|api[-_]?key|token|secret|password|passwd|credential|cookie|^key$|-key$|"
+                          r"_key$|^auth$|[-_]auth$|^auth[-_]", re.IGNORECASE)
+SECRET_VALUES = re.compile(
+    r"^(?:bearer|basic|token)\s+\S{8,}|\b(?:sk|rk|pk)[-_](?:live[-_]|test[-_]|proj[-_]|ant[-_])?[A-Za-z0-9_-]{16,}"
+    r"|\bgh[pousr]_[A-Za-z0-9]{20,}|\bgithub_pat_\w{20,}|\bxox[abposr]-[A-Za-z0-9-]{10,}|\bAKIA[0-9A-Z]{16}\b"
+    r"|\bAIza[0-9A-Za-z_-]{30,}|\bhf_[A-Za-z0-9]{20,}|\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}",
+    re.IGNORECASE,
+)
+def literal_secrets(value: Any, where: str) -> list[str]:
+    """Paths of literal credentials in nested settings: secret-named keys with literal values, and
+    values that look like keys wherever they are."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        if is_env_ref(value):
+            return []
+        for key, item in value.items():
+            path = f"{where}.{key}"
+            if (SECRET_NAMES.search(str(key)) and "cost" not in str(key).lower() and not is_env_ref(item)
+                    and item not in (None, "")):
+                if not isinstance(item, (dict, list)):
+                    found.append(path)
+                    continue
+            found += literal_secrets(item, path)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found += literal_secrets(item, f"{where}[{i}]")
+    elif isinstance(value, str) and SECRET_VALUES.search(value):
+        found.append(where)
+    return found
+
+
+def secret_problem(kwargs: dict[str, Any], where: str, key_setting: str, check_env: bool = True) -> str | None:
+    """What is wrong with the credentials in litellm kwargs, with the fix (None: nothing). Literal
+    credentials anywhere in nested kwargs are refused, showing the `{env: VAR}` form; `{env: VAR}`
+    values need VAR set. Shared by the run's settings and `orbench generate`."""
+    top = next((k for k in kwargs if secret_name(str(k)) and not is_env_ref(kwargs[k])), None)
+    if top is not None:
+        return (f"{where}.{top} looks like a secret; secrets never go in orbench.yaml. Put the key in an "
+                f"environment variable and set {key_setting} to its name")
+    found = literal_secrets(kwargs, where)
+    if found:
+        path = found[0]
+        name = path.rsplit(".", 1)[-1].split("[")[0]
+        variable = re.sub(r"\W+", "_", name).strip("_").upper() or "SECRET"
+        return (f"{path} holds a literal credential; secrets never go in orbench.yaml. Write it as "
+                f"{{{name}: {{env: {variable}}}}} and export {variable}=... in the environment that runs pytest "
+                "(header values are sent, never stored or shown)")
+    missing = [name for name in env_refs(kwargs) if not os.environ.get(name)]
+    if missing and check_env:
+        return (f"{where} reads ${missing[0]} ({{env: {missing[0]}}}), which is not set: export {missing[0]}=... "
+                "before running")
+    return None

@@ -1,0 +1,1 @@
+"""Fetching replies: which process calls, the fetch loop, its child processes, batch APIs."""

@@ -1,0 +1,428 @@
+"""The run's one fetch loop, and how tests wait for its outcomes (through the store).
+
+One process fetches for the whole session: the xdist controller (or the only pytest process) starts
+it, in a child process for litellm endpoints (fetchproc.py) or on a thread for a `target:` callable.
+It asks the endpoint for every job, `concurrency` at a time, runs the LLM judge right after each
+reply, and commits replies, judgements and per-prompt outcomes to the store in small batches. Every
+pytest process (xdist workers included) waits for a prompt's outcome row in the store; each wait is
+bounded by the fetcher's liveness (a dead child, a stale heartbeat, a finished run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from pytest_orbench.calls.client import Caller, EndpointError, call_with_retries
+from pytest_orbench.core.records import NOT_REQUESTED
+from pytest_orbench.core.store import Store, unusable
+from pytest_orbench.judging.judges import Judge
+from pytest_orbench.judging.llm_calls import JudgeStage, judge_key, reply_text
+
+BATCH_SECONDS = 0.05  # replies and outcomes are committed together at most this late
+HEARTBEAT_SECONDS = 1.0  # the loop says it is alive (and how far it got) this often
+STALE_SECONDS = 30.0  # a fetcher silent for this long is taken for dead
+# ... unless another process holds the store's write lock meanwhile: the fetcher is then waiting for it, not
+# dead (each of its writes waits up to 60 s for a lock, then fails and says so); it is waited for this long.
+LOCKED_SECONDS = 180.0
+DRAIN = 60.0  # seconds a stop waits for requests already in flight (paid for: keep them)
+UNUSABLE_STOP = 5  # this many replies without text (max_tokens too low) before any usable one: stop calling
+# This many prompts in a row whose every attempt found the endpoint unreachable (connection refused, DNS, TLS)
+# or timed out, with no reply between them, after it had answered: it went away (a server stopped mid-run) or
+# hung. Each such prompt spent its retries' backoff (~4-8 s at the default 4), or (retries + 1) timeouts, so a
+# blip is over long before; without this stop every remaining prompt spent them too (200 prompts at
+# concurrency 4: 4 minutes of refused connections; 1,974 prompts hung at concurrency 8: ~20 hours). Prompts
+# that take longer than the timeout between prompts that are answered (a slow model) go on.
+GONE_STOP = 5
+# A retry wait this long (an endpoint's Retry-After of 60 s, a long backoff) is noted in the run's state, so the
+# progress line says the run waits rather than an ETA of 2 s made from the rate before the wait.
+LONG_WAIT = 5.0
+RETRY_WAIT = "retry-wait "  # the note's prefix: "retry-wait <requests waiting> <epoch seconds the last one wakes>"
+
+
+@dataclass(frozen=True)
+class Job:
+    key: str
+    prompt: str
+    index: int
+    record: dict[str, Any] | None = None  # the stored reply, when only its LLM judgement is missing
+    config: int = 0  # which configuration asks it: 0 the one under test, 1 the live base
+    fetched: bool = False  # `record` was paid for in this run (a provider batch's reply, judged next)
+
+
+class Batcher(Protocol):
+    """Asks the jobs through provider batches (batch.BatchPhase), handing each outcome to the loop."""
+
+    async def run(self, jobs: list[Job], stop: asyncio.Event, sink: Any) -> None: ...
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What a test gets: a reply record (and its LLM judge record), or the error that remained after the retries."""
+
+    record: dict[str, Any] | None = None
+    error: str | None = None
+    fetched: bool = False  # paid for in this run
+    judge: dict[str, Any] | None = None  # the LLM judge's stored reply, when the judge needed one
+    judge_error: str | None = None
+    judge_fetched: bool = False
+
+
+class FetchLoop:
+    """Fetches and judges every job once; writes the outcomes; never leaves a job without one."""
+
+    def __init__(self, store: Store, make_caller: Callable[[int], Caller], *, run_id: str, concurrency: int,
+                 retries: int, judge: Judge | None = None, judge_stage: JudgeStage | None = None,
+                 shard: int = 0, shards: int = 1, max_cost: float | None = None,
+                 batcher: Batcher | None = None) -> None:
+        self.store = store
+        self.batcher = batcher  # --orbench-batch: replies come from provider batches, judge calls from here
+        self.max_cost = max_cost  # USD this loop may spend (--orbench-max-cost, split between fetch processes)
+        self.spent = 0.0
+        self.shard, self.shards = shard, shards
+        self.make_caller = make_caller
+        self.run_id = run_id
+        self.concurrency = concurrency
+        self.retries = retries
+        self.judge = judge
+        self.judge_stage = judge_stage
+        self._callers: dict[int, Caller] = {}
+        self._queue: asyncio.Queue[Job] = asyncio.Queue()
+        self._fatal: str | None = None  # stops every call: the loop failed, or the spend limit was reached
+        # Per configuration (0 the one under test, 1 the live base), which have their own endpoints: replies
+        # that came back (after one, a refused connection is a blip, not a dead endpoint), and why one is dead.
+        self._answered: Counter[int] = Counter()
+        self._dead: dict[int, str] = {}
+        self._unusable: Counter[int] = Counter()  # replies with no text at max_tokens while none was usable
+        self._unreachable: Counter[int] = Counter()  # prompts in a row unreachable or timed out since the last reply (GONE_STOP)
+        self._waking: dict[int, float] = {}  # id of each long retry wait -> when it ends (epoch seconds)
+        self._last_answer: dict[int, float] = {}  # monotonic time of each configuration's last reply
+        self._pending_records: list[tuple[str, dict[str, Any]]] = []
+        self._pending_outcomes: list[tuple[str, Outcome]] = []
+        self._done = 0
+        self._errors = 0
+
+    async def run(self, jobs: list[Job], stop: asyncio.Event | None = None) -> None:
+        """Every job ends with an outcome row, whatever happens (a crash here becomes each job's error)."""
+        stop = stop or asyncio.Event()
+        self.store.start_run(self.run_id, len(jobs), self.shard, self.shards)
+        queue = self._queue
+        misses = [job for job in jobs if job.record is None]
+        for job in jobs if self.batcher is None else [job for job in jobs if job.record is not None]:
+            queue.put_nowait(job)
+        flusher = asyncio.create_task(self._flush_periodically())
+        try:
+            for config in sorted({job.config for job in misses} if self.batcher is None else ()):  # else judge calls only
+                try:
+                    self._callers[config] = self.make_caller(config)
+                except EndpointError as exc:
+                    self._dead[config] = str(exc)  # that configuration's prompts only
+            if self.batcher is not None and misses:
+                # The replies first (they come back together), then the judge calls they need, as below.
+                await self.batcher.run(misses, stop, self)
+            workers = [asyncio.create_task(self._worker(queue, stop)) for _ in range(min(self.concurrency, len(jobs)) or 1)]
+            stopper = asyncio.create_task(stop.wait())
+            pending: set[asyncio.Task[Any]] = {*workers, stopper}
+            while not stopper.done() and any(not w.done() for w in workers):
+                _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            if any(not w.done() for w in workers):  # asked to stop: requests in flight finish (paid for)
+                await asyncio.wait(workers, timeout=DRAIN)
+            stopper.cancel()
+            for worker in workers:
+                worker.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+        except Exception as exc:  # a bug must not leave tests waiting: every job not done becomes an error
+            self._fatal = self._fatal or f"the fetch loop failed: {type(exc).__name__}: {exc}"
+        finally:
+            reason = self._fatal or "the run stopped before this prompt was asked"
+            while not queue.empty():
+                job = queue.get_nowait()
+                self._finish(job, Outcome(error=f"{NOT_REQUESTED}{reason}"))
+            flusher.cancel()
+            try:
+                self._flush()
+                self.store.finish_run(self.run_id, self._fatal, self.shard)
+            except (OSError, sqlite3.Error) as exc:  # the waiters learn it from the fetcher's death, at once
+                raise unusable(self.store.directory, exc) from exc
+            finally:
+                for caller in self._callers.values():
+                    await caller.aclose()
+                if self.judge_stage is not None:
+                    await self.judge_stage.aclose()
+
+    # -- what a batcher hands back -----------------------------------------------------------------
+    def deliver(self, job: Job, record: dict[str, Any]) -> None:
+        """A reply a provider batch returned (already stored): judged, then its outcome is written."""
+        self._answered[job.config] += 1
+        self.spent += float(record.get("cost") or 0.0)
+        self._queue.put_nowait(replace(job, record=record, fetched=True))
+
+    def fail(self, job: Job, error: str, fetched: bool) -> None:
+        self._finish(job, Outcome(error=error, fetched=fetched))
+
+    def note(self, text: str | None) -> None:
+        self.store.note(self.run_id, text, self.shard)
+
+    async def _retry_wait(self, seconds: float) -> None:
+        """The wait before a retry; a long one is noted for the progress line while it lasts."""
+        if seconds < LONG_WAIT:
+            await asyncio.sleep(seconds)
+            return
+        token = object()
+        self._waking[id(token)] = time.time() + seconds
+        self._note_waits()
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            del self._waking[id(token)]
+            self._note_waits()
+
+    def _note_waits(self) -> None:
+        try:
+            self.note(f"{RETRY_WAIT}{len(self._waking)} {max(self._waking.values()):.1f}" if self._waking else None)
+        except (OSError, sqlite3.Error):
+            pass  # only the progress line's: the next flush meets the store's trouble and says it
+
+    async def _worker(self, queue: asyncio.Queue[Job], stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                job = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            try:
+                outcome = await self._fetch(job)
+            except Exception as exc:  # a bug, not an endpoint failure: this prompt and all not yet asked
+                self._fatal = self._fatal or f"the fetch loop failed: {type(exc).__name__}: {exc}"
+                outcome = Outcome(error=self._fatal)
+            self._finish(job, outcome)
+
+    async def _fetch(self, job: Job) -> Outcome:
+        record, fetched = job.record, job.fetched
+        if record is None:
+            if self.max_cost is not None and self.spent >= self.max_cost and self._fatal is None:
+                self._fatal = (f"the run's spend reached the --orbench-max-cost limit (${self.spent:.4f} of "
+                               f"${self.max_cost:.4f}{' for this fetch process' if self.shards > 1 else ''}); "
+                               "what was paid for is stored")
+            # A dead endpoint stops the calls of its own configuration: a live base that cannot be reached
+            # leaves the run under test asking its own endpoint, and the other way round.
+            stopped = self._fatal or self._dead.get(job.config)
+            if stopped is not None:
+                return Outcome(error=f"{NOT_REQUESTED}{stopped}")
+            caller = self._callers[job.config]
+            started = time.monotonic()
+            try:
+                reply, attempts, seconds = await call_with_retries(
+                    caller, job.prompt, self.retries, sleep=self._retry_wait,
+                    should_retry=lambda e: job.config not in self._dead and e.worth_retrying(self._answered[job.config]))
+            except EndpointError as exc:
+                # A prompt whose every attempt timed out, with nothing answered yet: a hung endpoint (it took
+                # retries x timeout per prompt, hours for a run); an endpoint that answers some goes on.
+                if exc.ends_calls(self._answered[job.config]):
+                    why = ("no prompt was answered, so no more calls are made" if not self._answered[job.config]
+                           else "so no more calls are made to it")
+                    self._dead.setdefault(job.config, f"{exc} ({why})")
+                gone = exc.unreachable or exc.timed_out
+                # In a row means with no reply between: a prompt during which another was answered (half the
+                # prompts hang, a trickle of faults under concurrency) says the endpoint still answers.
+                if not gone:
+                    self._unreachable[job.config] = 0
+                elif started >= self._last_answer.get(job.config, 0.0):
+                    self._unreachable[job.config] += 1
+                if self._unreachable[job.config] >= GONE_STOP:
+                    self._dead.setdefault(job.config, f"{exc} (it had answered {self._answered[job.config]} prompts, then "
+                                                      f"{self._unreachable[job.config]} prompts in a row failed every "
+                                                      "attempt, so no more calls are made to it)")
+                self._unusable[job.config] += exc.unusable and not self._answered[job.config]
+                if self._unusable[job.config] >= UNUSABLE_STOP:
+                    self._dead.setdefault(job.config, f"{exc} (so did the first {self._unusable[job.config]} replies, "
+                                                      "and none had text, so no more calls are made)")
+                return Outcome(error=str(exc), fetched=True)
+            self._answered[job.config] += 1
+            self._unreachable[job.config] = 0
+            self._last_answer[job.config] = time.monotonic()
+            record = reply.record()
+            record["seconds"] = round(seconds, 3)
+            record["attempts"] = attempts
+            self.spent += float(record.get("cost") or 0.0)
+            self._pending_records.append((job.key, record))
+            fetched = True
+        outcome = Outcome(record=record, fetched=fetched)
+        key = judge_key(self.judge, job.prompt, record) if self.judge is not None and self.judge_stage else None
+        if key is not None:
+            assert self.judge_stage is not None
+            try:
+                outcome.judge, outcome.judge_fetched = await self.judge_stage.judge(key, job.prompt, reply_text(record))
+                if outcome.judge_fetched and outcome.judge is not None:
+                    self.spent += float(outcome.judge.get("cost") or 0.0)
+            except EndpointError as exc:
+                outcome.judge_error = str(exc)
+        return outcome
+
+    def _finish(self, job: Job, outcome: Outcome) -> None:
+        self._pending_outcomes.append((job.key, outcome))
+        self._done += 1
+        self._errors += bool(outcome.error or outcome.judge_error)
+
+    def _flush(self) -> None:
+        if self._pending_records or self._pending_outcomes:
+            records, outcomes = self._pending_records, self._pending_outcomes
+            self._pending_records, self._pending_outcomes = [], []
+            try:
+                self.store.commit_batch(self.run_id, records, [
+                    (key, o.error, o.judge_error, o.fetched, o.judge_fetched) for key, o in outcomes], self._done,
+                    self._errors, self.shard)
+            except BaseException:
+                # Not committed: kept for the next attempt (the disk may have room again by then).
+                self._pending_records[:0], self._pending_outcomes[:0] = records, outcomes
+                raise
+        else:
+            self.store.heartbeat(self.run_id, self._done, self._errors, self.shard)
+
+    async def _flush_periodically(self) -> None:
+        last_beat = 0.0
+        while True:
+            await asyncio.sleep(BATCH_SECONDS)
+            # From the loop itself: a loop that hangs stops the heartbeat, and the waiters notice.
+            if self._pending_outcomes or time.monotonic() - last_beat > HEARTBEAT_SECONDS:
+                try:
+                    self._flush()
+                except (OSError, sqlite3.Error) as exc:
+                    # A full disk, a folder gone read-only: a reply now would be paid for and lost.
+                    self._fatal = self._fatal or (f"{unusable(self.store.directory, exc)}; no more calls are made, "
+                                                  "since their replies could not be kept")
+                    await asyncio.sleep(HEARTBEAT_SECONDS)  # tried again, with the calls in flight, at the end
+                last_beat = time.monotonic()
+
+
+class ThreadFetcher:
+    """A FetchLoop on a thread of this process: for `target:` callables (their conftest state lives here)."""
+
+    def __init__(self, loop: FetchLoop, jobs: list[Job], concurrency: int) -> None:
+        self.loop, self.jobs, self.concurrency = loop, jobs, concurrency
+        self._thread: threading.Thread | None = None
+        self._event_loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self.failure: str | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="orbench-fetch", daemon=True)
+        self._thread.start()
+        self._ready.wait(30)
+
+    def _run(self) -> None:
+        event_loop = asyncio.new_event_loop()
+        # Sync callable targets run in threads: as many as requests may be in flight.
+        event_loop.set_default_executor(ThreadPoolExecutor(max_workers=self.concurrency,
+                                                           thread_name_prefix="orbench-target"))
+        self._event_loop = event_loop
+
+        async def main() -> None:
+            self._stop = asyncio.Event()
+            self._ready.set()
+            await self.loop.run(self.jobs, self._stop)
+
+        try:
+            event_loop.run_until_complete(main())
+        except BaseException as exc:  # noqa: BLE001 - reported to the waiters, never swallowed silently
+            self.failure = f"the fetch thread failed: {type(exc).__name__}: {exc}"
+        finally:
+            self._ready.set()
+            event_loop.run_until_complete(event_loop.shutdown_asyncgens())
+            event_loop.close()
+
+    def dead(self) -> str | None:
+        if self._thread is not None and not self._thread.is_alive():
+            return self.failure or "the fetch thread stopped"
+        return None
+
+    def stop(self) -> None:
+        if self._event_loop is not None and self._stop is not None and self._thread is not None:
+            try:
+                self._event_loop.call_soon_threadsafe(self._stop.set)
+            except RuntimeError:
+                pass  # its loop has already closed
+            self._thread.join(timeout=DRAIN + 10)
+
+
+class Waiter:
+    """Waits for one prompt's outcome in the store, bounded: the fetcher died, went silent, or
+    finished without it, and the wait ends with an error saying so."""
+
+    def __init__(self, store: Store, run_id: str, dead: Callable[[str], str | None] | None = None,
+                 on_wait: Callable[[], None] | None = None) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.dead = dead  # the fetching process's own check of what fetches `key` (its child), if this is it
+        self.on_wait = on_wait  # called about once a second while waiting (progress)
+        self._given_up: str | None = None  # a fetcher that never started or went silent is not waited for twice
+        self._seen = False  # the run's row was seen: once it is gone, the fetching process has cleared it (stopped)
+        self._locked_at = 0.0  # when another process was last seen holding the store's write lock
+
+    def result(self, key: str, first_wait: float = 120.0) -> Outcome:
+        delay, started, last_note = 0.002, time.monotonic(), time.monotonic()
+        while True:
+            # Whether the fetcher is gone or finished is asked before the outcome is read: it commits
+            # every outcome before it ends, so one missing after that is missing for good (no race).
+            problem = self.dead(key) if self.dead is not None else None
+            state = self.store.run_state(self.run_id)
+            row = self.store.outcome(self.run_id, key)
+            if row is not None:
+                error, judge_error, fetched, judge_fetched = row
+                record = None if error else self.store.get(key)
+                if record is None and not error:
+                    error = "the stored reply vanished"
+                return Outcome(record=record, error=error, fetched=bool(fetched), judge_error=judge_error,
+                               judge_fetched=bool(judge_fetched))
+            if problem is not None:
+                return Outcome(error=problem)
+            if state is None and self._seen:
+                return Outcome(error="the run was stopped (interrupted) before this prompt's reply came")
+            self._seen = self._seen or state is not None
+            if state is not None and state["finished"]:
+                # No outcome and the run is over: a reply the fetcher counted as fresh (not refetched)
+                # is in the store; anything else is an error, never a wait.
+                record = None if state["fatal"] else self.store.get(key)
+                if record is not None:
+                    return Outcome(record=record)
+                return Outcome(error=state["fatal"] or "the fetcher finished without asking for this prompt")
+            problem = self._given_up or self._silent(state, started, first_wait)
+            if problem is not None:
+                # Every later prompt would wait as long again (120 s each, a day for a run): it gets this now,
+                # unless its outcome has come in after all.
+                self._given_up = problem
+                return Outcome(error=problem)
+            if self.on_wait is not None and time.monotonic() - last_note > 1.0:
+                self.on_wait()
+                last_note = time.monotonic()
+            time.sleep(delay)
+            delay = min(0.05, delay * 2)
+
+    def _silent(self, state: dict[str, Any] | None, started: float, first_wait: float) -> str | None:
+        if state is None or state["started_shards"] < state["shards"]:
+            if time.monotonic() - started > first_wait:
+                return f"no fetching process started for this run within {first_wait:g} s"
+            return None
+        # Silence counts from the last sight of another process holding the store's write lock, too: a fetcher
+        # that waited for it needs a moment to write again once it is released.
+        silent = time.time() - max(state["heartbeat"], self._locked_at)
+        if silent <= STALE_SECONDS:
+            return None
+        # A fetcher that cannot write is silent too: with the store locked by another process, it was taken for
+        # dead after 30 s while it waited for the lock (and then stored the replies nobody waited for any more).
+        if self.store.write_locked():
+            self._locked_at = time.time()
+            if time.time() - state["heartbeat"] <= LOCKED_SECONDS:
+                return None
+            return (f"the fetching process (pid {state['pid']}) has stored nothing for {LOCKED_SECONDS:g} s while "
+                    f"another process holds the write lock of the response store {self.store.path}; it is taken for "
+                    "dead (end the process holding it: a sqlite3 shell, a backup, another run)")
+        return (f"the fetching process (pid {state['pid']}) has said nothing for {STALE_SECONDS:g} s; "
+                "it is taken for dead")

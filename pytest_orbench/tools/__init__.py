@@ -1,0 +1,1 @@
+"""The `orbench` command and the tools beside the plugin: label, judge-eval, generate, mock-server."""

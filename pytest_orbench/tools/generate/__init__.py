@@ -1,0 +1,1 @@
+"""`orbench generate`: new borderline prompts from seeds."""

@@ -1,0 +1,364 @@
+"""`orbench label`: a person labels a sample of their model's stored replies, one key per reply.
+
+The sample is drawn from a run's results (and the whole replies in its store): half of it at random across
+the run's replies, half from what decides or troubles the gate (the prompts whose verdict flipped against
+the baseline, and the replies the keyword judge is least sure of), never the same reply twice. Each row
+records its stratum and that stratum's share of the run's replies, so that the audit weighs the sample
+back to all of them. The judge's verdict is not shown: a labeller who sees it tends to agree with it.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import math
+import os
+import re
+import shutil
+import sys
+import textwrap
+import unicodedata
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from pytest_orbench.judging.labels import Label, LabelsError, load_labels, reply_digest, save_labels
+
+KEYS = {"a": "compliance", "r": "refusal", "p": "partial_refusal"}
+HELP = "a answer · r refusal · p partial refusal · s skip · b back · q quit · space more"
+
+
+class LabelingError(Exception):
+    """A results file or store that gives nothing to label; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One reply of the run that could be labelled."""
+
+    id: str
+    dataset: str
+    category: str
+    expected: str
+    prompt: str
+    response: str
+    flipped: bool
+    unsure: bool  # the keyword judge is not confident about it
+    refused: bool  # the keyword judge's reading (strata only; never shown)
+
+    @property
+    def key(self) -> str:
+        return reply_digest(self.prompt, self.response)
+
+    @property
+    def stratum(self) -> str:
+        return "flip" if self.flipped else "unsure" if self.unsure else "refusal" if self.refused else "answer"
+
+
+def candidates(results_path: Path, store_dir: Path | None) -> tuple[list[Candidate], str, list[str]]:
+    """The run's replies with their whole text (from the store; a reply shorter than the results' 300-character
+    excerpt is whole there too), the model that replied, and notes on what could not be used."""
+    from pytest_orbench.core.records import ResultsError, load_results
+    from pytest_orbench.core.store import STORE_FILE, Store
+    from pytest_orbench.judging.judges import KeywordJudge
+    from pytest_orbench.judging.llm_calls import reply_text
+
+    try:
+        results = load_results(results_path)
+    except ResultsError as exc:
+        raise LabelingError(str(exc)) from None
+    run = results["run"]
+    model = str(run.get("model") or run.get("target") or "")
+    from pytest_orbench.render.outputs import flipped_ids
+
+    flips = flipped_ids(results)
+    store = Store(store_dir, check=True) if store_dir is not None and (store_dir / STORE_FILE).is_file() else None
+    judge = KeywordJudge()
+    found: list[Candidate] = []
+    missing = errors = 0
+    try:
+        for prompt in results["prompts"]:
+            if prompt.get("refused") is None:
+                errors += 1  # no reply, or no verdict: nothing a person could compare with
+                continue
+            text = None
+            key = prompt.get("reply_key")
+            if store is not None and key:
+                record = store.get(key)
+                text = reply_text(record) if record else None
+            if text is None:
+                excerpt = prompt.get("reply_excerpt") or ""
+                if len(excerpt) >= 300 or not excerpt.strip():
+                    missing += 1
+                    continue
+                text = excerpt  # shorter than the excerpt's limit: the whole reply
+            if not text.strip():
+                continue  # an empty reply is decided without a judge
+            judgement = judge.judge(prompt["prompt"], text)
+            found.append(Candidate(prompt["id"], prompt["dataset"], prompt.get("category") or "", prompt["expected"],
+                                   prompt["prompt"], text, prompt["id"] in flips, not judgement.confident,
+                                   bool(judgement.verdict.refused)))
+    finally:
+        if store is not None:
+            store.close()
+    notes = []
+    if missing:
+        notes.append(f"{missing} replies are not in the store{f' {store_dir}' if store_dir else ''} (only their first "
+                     "300 characters are in the results): point --store at the folder the run used to label them")
+    if errors:
+        notes.append(f"{errors} prompts have no judged reply (errors) and are left out")
+    return found, model, notes
+
+
+def _rank(seed: int, candidate: Candidate) -> str:
+    return hashlib.sha256(f"{seed}\x00{candidate.key}".encode()).hexdigest()
+
+
+def draw(pool: list[Candidate], n: int, seed: int = 0) -> list[tuple[Candidate, str, float]]:
+    """Up to `n` distinct replies, each with its stratum and that stratum's share of all the run's replies.
+
+    Half (rounded up) is spread over the strata in proportion to their shares, half goes to the flips and
+    the unsure replies. Within a stratum replies come in a fixed order (by seed), so a larger n extends a
+    smaller one. The result is shuffled, so that strata do not come in runs. The same words given to two
+    prompts stay two rows (the sample stays a sample of the run's replies); `session` asks about them once."""
+    total = len(pool)
+    if not total or n <= 0:
+        return []
+    by_stratum: dict[str, list[Candidate]] = {}
+    seen: set[str] = set()
+    for candidate in sorted(pool, key=lambda c: _rank(seed, c)):
+        if candidate.key in seen:
+            continue  # the same prompt text twice (in two datasets): one reply, one row
+        seen.add(candidate.key)
+        by_stratum.setdefault(candidate.stratum, []).append(candidate)
+    shares = {s: c / total for s, c in Counter(c.stratum for c in pool).items()}
+    n = min(n, sum(len(v) for v in by_stratum.values()))
+    take = dict.fromkeys(by_stratum, 0)
+    random_part = math.ceil(n / 2)
+    # Largest remainder, in proportion to the shares.
+    exact = {s: random_part * shares[s] for s in by_stratum}
+    for s in by_stratum:
+        take[s] = min(int(exact[s]), len(by_stratum[s]))
+    for s in sorted(by_stratum, key=lambda s: exact[s] - int(exact[s]), reverse=True):
+        if sum(take.values()) >= random_part:
+            break
+        if take[s] < len(by_stratum[s]):
+            take[s] += 1
+    # The rest to the flips and the unsure, then wherever replies are left.
+    order = [s for s in ("flip", "unsure") if s in by_stratum] + [s for s in ("refusal", "answer") if s in by_stratum]
+    while sum(take.values()) < n:
+        grew = False
+        for s in order:
+            if sum(take.values()) < n and take[s] < len(by_stratum[s]) and (s in ("flip", "unsure") or not any(
+                    take[f] < len(by_stratum[f]) for f in ("flip", "unsure") if f in by_stratum)):
+                take[s] += 1
+                grew = True
+        if not grew:
+            break
+    chosen = [(c, s, shares[s]) for s in by_stratum for c in by_stratum[s][:take[s]]]
+    return sorted(chosen, key=lambda row: hashlib.sha256(f"{seed}\x01{row[0].key}".encode()).hexdigest())
+
+
+def as_label(candidate: Candidate, stratum: str, share: float, model: str, label: str = "", labeler: str = "",
+             labeled_at: str = "") -> Label:
+    return Label(candidate.prompt, candidate.response, label, candidate.id, candidate.dataset, model, stratum,
+                 share, labeler, labeled_at, candidate.key)
+
+
+def default_labeler() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no user name in a container
+        return ""
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# -- making untrusted text inert and readable on a terminal -----------------------------------------------
+
+def visible(line: str) -> str:
+    """A line of a prompt or reply as plain text: control, bidi and other invisible characters are shown as
+    [U+XXXX] (never sent to the terminal: no escape sequence, no cursor move, no reordered text)."""
+    out = []
+    for ch in line.replace("\t", "    "):
+        category = unicodedata.category(ch)
+        if category in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):
+            out.append(f"[U+{ord(ch):04X}]")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def wrapped(text: str, width: int) -> list[str]:
+    lines: list[str] = []
+    for raw in re.split(r"\r\n|\r|\n", text):
+        shown = visible(raw)
+        lines.extend(textwrap.wrap(shown, width=max(20, width), replace_whitespace=False, drop_whitespace=True,
+                                   break_long_words=True, break_on_hyphens=False) or [""])
+    return lines
+
+
+class Terminal:
+    """Keys one at a time (no Enter), and lines out; a real terminal's modes restored on the way out."""
+
+    def __init__(self, stdin: TextIO, stdout: TextIO) -> None:
+        self.stdin, self.stdout = stdin, stdout
+        self._saved: list[Any] | None = None
+
+    def __enter__(self) -> Terminal:
+        import termios
+        import tty
+
+        fd = self.stdin.fileno()
+        self._saved = termios.tcgetattr(fd)
+        tty.setcbreak(fd)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import termios
+
+        if self._saved is not None:
+            termios.tcsetattr(self.stdin.fileno(), termios.TCSADRAIN, self._saved)
+
+    def key(self) -> str:
+        data = os.read(self.stdin.fileno(), 8)
+        if not data:
+            return "q"  # the terminal closed: as quit
+        if data.startswith(b"\x1b"):
+            return ""  # an arrow or function key: ignored
+        return data.decode("utf-8", "replace")[:1]
+
+    def write(self, text: str) -> None:
+        self.stdout.write(text)
+        self.stdout.flush()
+
+
+def session(rows: list[tuple[Candidate, str, float]], labels: list[Label], save: Callable[[list[Label]], None],
+            term: Terminal, model: str, labeler: str) -> tuple[int, int]:
+    """Shows each row not yet labelled, takes one key each, saves after every answer. Returns (labelled now,
+    still to do)."""
+    done = {label.key: label for label in labels}
+    todo = [i for i, (c, _, _) in enumerate(rows) if not (c.key in done and done[c.key].label)]
+    said = {_words(label.response): label for label in labels if label.label}  # a reply's words, labelled once
+    position, answered, history = 0, 0, list[int]()
+    size = shutil.get_terminal_size((100, 30))
+    width, height = min(size.columns, 120) - 2, max(size.lines, 12)
+    while 0 <= position < len(todo):
+        candidate, stratum, share = rows[todo[position]]
+        same = said.get(_words(candidate.response))
+        if same is not None and same.key != candidate.key:
+            # The same words to another prompt: the person's label of them, without asking again.
+            label = as_label(candidate, stratum, share, model, same.label, labeler, now())
+            done[label.key] = label
+            save(list(done.values()))
+            position += 1
+            continue
+        lines = [f"[{position + 1}/{len(todo)}] {visible(candidate.id)} · {visible(candidate.dataset)} · "
+                 f"{visible(candidate.category)}", "", "PROMPT", *("  " + line for line in wrapped(candidate.prompt, width - 2)),
+                 "", "REPLY", *("  " + line for line in wrapped(candidate.response, width - 2))]
+        page = max(5, height - 4)
+        start, choice = 0, ""
+        while True:
+            term.write("\n" + "\n".join(lines[start:start + page]) + "\n")
+            more = start + page < len(lines)
+            term.write(f"\n{'-- more: space -- ' if more else ''}{HELP} > ")
+            choice = term.key().lower()
+            if choice == " " and more:
+                start += page
+                continue
+            if choice in (*KEYS, "s", "b", "q"):
+                break
+            if choice not in (" ", ""):
+                term.write(f"\n'{visible(choice)}' is not a key here.")
+        term.write(choice + "\n")
+        if choice == "q":
+            break
+        if choice == "b":
+            position = history.pop() if history else max(0, position - 1)
+            continue
+        history.append(position)
+        if choice in KEYS:
+            label = as_label(candidate, stratum, share, model, KEYS[choice], labeler, now())
+            done[label.key] = label
+            said[_words(candidate.response)] = label
+            save(list(done.values()))
+            answered += 1
+        position += 1
+    remaining = sum(1 for i in todo if not (rows[i][0].key in done and done[rows[i][0].key].label))
+    return answered, remaining
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return os.isatty(stream.fileno())
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation: a pseudo-file (captured, piped in code)
+        return False
+
+
+def _words(text: str) -> str:
+    return " ".join(text.split()).lower()
+
+
+def merge_import(labels: list[Label], imported: list[Label], labeler: str) -> tuple[list[Label], int]:
+    """The labelled rows of a spreadsheet round trip merged into `labels` (a row for the same reply replaces
+    the earlier one); unlabelled rows are ignored."""
+    done = {label.key: label for label in labels}
+    count = 0
+    for row in imported:
+        if not row.label:
+            continue
+        done[row.key] = replace(row, labeler=row.labeler or labeler, labeled_at=row.labeled_at or now())
+        count += 1
+    return list(done.values()), count
+
+
+def run_label(results: Path, store: Path | None, labels_path: Path, n: int, seed: int, labeler: str,
+              export: Path | None, import_from: Path | None, stdin: TextIO | None = None,
+              stdout: TextIO | None = None) -> int:
+    stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
+    existing = load_labels(labels_path) if labels_path.is_file() else []
+    if import_from is not None:
+        try:
+            imported = load_labels(import_from)
+        except LabelsError as exc:
+            raise LabelingError(str(exc)) from None
+        merged, count = merge_import(existing, imported, labeler)
+        save_labels(labels_path, merged)
+        unlabelled = sum(1 for row in imported if not row.label)
+        stdout.write(f"imported {count} labelled rows from {import_from} into {labels_path} "
+                     f"({len([m for m in merged if m.label])} labelled in all"
+                     + (f"; {unlabelled} rows without a label were left out" if unlabelled else "") + ")\n")
+        return 0
+    pool, model, notes = candidates(results, store)
+    for note in notes:
+        stdout.write(f"orbench label: {note}\n")
+    if not pool:
+        raise LabelingError(f"{results} has no reply to label" + (f" ({'; '.join(notes)})" if notes else ""))
+    rows = draw(pool, n, seed)
+    strata = Counter(s for _, s, _ in rows)
+    stdout.write(f"orbench label: {len(rows)} of {len(pool)} replies by {model or 'the target'} ("
+                 + ", ".join(f"{strata[s]} {s}" for s in ("flip", "unsure", "refusal", "answer") if strata[s])
+                 + f"), seed {seed}\n")
+    if export is not None:
+        done = {label.key for label in existing if label.label}
+        out = [as_label(c, s, share, model) for c, s, share in rows if c.key not in done]
+        save_labels(export, out)
+        stdout.write(f"wrote {len(out)} unlabelled rows to {export}: fill the label column with compliance, "
+                     f"refusal or partial_refusal, then `orbench label --import {export} --labels {labels_path}`\n")
+        return 0
+    if not _is_terminal(stdin):
+        raise LabelingError("orbench label takes one key per reply from a terminal; without one, use --export FILE "
+                            "(label it in a spreadsheet) and --import FILE")
+    with Terminal(stdin, stdout) as term:
+        answered, remaining = session(rows, existing, lambda labels: save_labels(labels_path, labels), term, model,
+                                      labeler)
+    total = len([label for label in (load_labels(labels_path) if labels_path.is_file() else []) if label.label])
+    stdout.write(f"\nlabelled {answered} now; {total} labelled in {labels_path}"
+                 + (f"; {remaining} of this sample to go: run the same command to go on" if remaining else
+                    "; the sample is done") + "\n")
+    return 0

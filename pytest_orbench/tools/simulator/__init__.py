@@ -1,0 +1,1 @@
+"""`orbench mock-server`: the bundled OpenAI-compatible simulator."""
