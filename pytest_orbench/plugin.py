@@ -82,7 +82,7 @@ def pytest_configure(config: pytest.Config) -> None:
     gc.disable()
     try:
         from pytest_orbench.run.session import OrbenchPlugin
-        from pytest_orbench.run.settings import build_settings
+        from pytest_orbench.run.setting_build import build_settings
     finally:
         if collecting:
             gc.enable()

@@ -48,7 +48,7 @@ def test_precedence_cli_over_yaml_over_ini(pytester: pytest.Pytester) -> None:
 
 
 def test_gate_settings_follow_the_documented_precedence(pytester: pytest.Pytester) -> None:
-    from pytest_orbench.run.settings import build_settings
+    from pytest_orbench.run.setting_build import build_settings
 
     # Once the ini's orbench_alpha beat orbench.yaml's gate: {alpha: ...}, against "orbench.yaml > ini".
     pytester.makeini("[pytest]\norbench_alpha = 0.1\norbench_tolerance_pp = 3\n")
@@ -59,7 +59,7 @@ def test_gate_settings_follow_the_documented_precedence(pytester: pytest.Pyteste
 
 
 def test_pyproject_values_keep_their_toml_types(pytester: pytest.Pytester) -> None:
-    from pytest_orbench.run.settings import build_settings
+    from pytest_orbench.run.setting_build import build_settings
 
     # Once a TOML list under [tool.pytest.ini_options] (the natural `orbench_datasets = [...]`) went to a
     # 'string' ini option: pytest 9.2 warned that pytest 10 refuses it, and under filterwarnings = error
@@ -75,7 +75,7 @@ def test_pyproject_values_keep_their_toml_types(pytester: pytest.Pytester) -> No
 
 @pytest.mark.skipif(pytest.version_tuple < (9, 2), reason="[tool.pytest] with native TOML types and union ini types: pytest 9.2")
 def test_native_toml_table_takes_numbers_and_booleans(pytester: pytest.Pytester) -> None:
-    from pytest_orbench.run.settings import build_settings
+    from pytest_orbench.run.setting_build import build_settings
 
     # pytest 9's [tool.pytest] table keeps TOML's types: `orbench_sample = 20` was refused as
     # "expects a string, got int", though the settings reference offers every key there.

@@ -1,6 +1,6 @@
 """The options of an enabled run: one table (`OPTIONS`) gives every setting its YAML key, flag, ini key,
-type, default and help, from which the pytest options are registered; and durations as settings
-take them ('7d', '12h', 'never'). Validation and precedence are settings.py's job.
+type, default and help, from which the pytest options are registered. Precedence is setting_sources.py's
+job, validation that of the modules setting_build.py calls.
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def register_options(parser: pytest.Parser) -> None:
 
 
 # pytest 9.2 takes unions: a TOML number or boolean ([tool.pytest] keeps TOML's types) then reaches
-# settings.py as it is, and so does a string, which settings.py checks with a message naming the key.
+# setting_sources.py as it is, and so does a string, which it checks with a message naming the key.
 _UNIONS = pytest.version_tuple >= (9, 2)
 
 

@@ -179,7 +179,7 @@ def _compare(args: argparse.Namespace) -> int:
     from pytest_orbench.core.jsonfile import output_problem
     from pytest_orbench.render.outputs import write_outputs
     from pytest_orbench.run.options import MIN_MARKDOWN_CHARS
-    from pytest_orbench.run.settings import load_yaml_file
+    from pytest_orbench.run.setting_sources import load_yaml_file
 
     paths = {k: Path(v) if v else None for k, v in (("json", args.json), ("markdown", args.markdown),
                                                     ("svg", args.svg), ("junit", args.junit))}
@@ -421,7 +421,7 @@ def _label(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from pytest_orbench.run.settings import load_yaml_file
+    from pytest_orbench.run.setting_sources import load_yaml_file
     from pytest_orbench.tools.generate.config import GenerateError, build_config
     from pytest_orbench.tools.generate.generator import run_generate, summary_lines
 
