@@ -321,7 +321,9 @@ def _check_target(target: str, folders: list[Path]) -> None:
 def _judge(values: dict[str, Any], folders: list[Path]) -> ModelSpec | None:
     """Validate the judge before any call: known name or importable function (a custom judge beside the
     rootdir or orbench.yaml imports, like a `target:`), its model and key."""
-    from pytest_orbench.judging.judges import JudgeError, judge_model_spec, make_judge
+    from pytest_orbench.judging.judges import JudgeError
+    from pytest_orbench.judging.llm_judge import judge_model_spec
+    from pytest_orbench.judging.registry import calls_llm, make_judge
 
     name = values["judge"]
     spec = None
@@ -329,9 +331,9 @@ def _judge(values: dict[str, Any], folders: list[Path]) -> ModelSpec | None:
         raise _fail("--orbench-verify-flips asks the LLM judge about the prompts whose verdict flipped, and --orbench-judge "
                     "llm has judged every reply with it already; drop --orbench-verify-flips, or judge with keyword "
                     "(or hybrid) and verify the flips with the LLM")
-    if name in ("llm", "hybrid") or values["verify_flips"]:
+    if calls_llm(name) or values["verify_flips"]:
         if not values["judge_model"]:
-            what = f"--orbench-judge {name}" if name in ("llm", "hybrid") else "--orbench-verify-flips"
+            what = f"--orbench-judge {name}" if calls_llm(name) else "--orbench-verify-flips"
             raise _fail(f"{what} needs a judge model: --orbench-judge-model MODEL (judge_model: in orbench.yaml)")
         kwargs = values["judge_litellm_kwargs"] or {}
         _check_secrets(kwargs, "judge_litellm_kwargs", "judge_api_key_env", values["offline"])
