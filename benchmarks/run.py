@@ -104,7 +104,7 @@ JUDGE_SPEED = """
 import csv, json, os, statistics, sys, time
 os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core
 start = time.perf_counter()
-from pytest_orbench.judging.judges import make_judge
+from pytest_orbench.judging.registry import make_judge
 judge = make_judge(sys.argv[1])
 judge.decide("q", "warm up")
 load = time.perf_counter() - start

@@ -46,9 +46,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pytest_orbench.core.jsonfile import write_atomic  # noqa: E402
-from pytest_orbench.judging.judges import KeywordJudge, PrefixJudge  # noqa: E402
 from pytest_orbench.judging.keyword_features import features  # noqa: E402
+from pytest_orbench.judging.keyword_judge import KeywordJudge  # noqa: E402
 from pytest_orbench.judging.keyword_weights import MODEL_SCHEMA, RefusalModel, weights_digest  # noqa: E402
+from pytest_orbench.judging.prefix_judge import PrefixJudge  # noqa: E402
 from pytest_orbench.tools.judge_eval import Example, LabeledError, evaluate, judge_examples, load_labeled  # noqa: E402
 
 DEFAULT_DATA = (ROOT.parent / "shared" / "judge-data" / "refusal-dev.csv",

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pytest_orbench.judging.judges import KeywordJudge
+from pytest_orbench.judging.keyword_judge import KeywordJudge
 from tests.conftest import REPO, stats
 from tests.github_api import FakeGitHub
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench.judging.judges import KeywordJudge
+from pytest_orbench.judging.keyword_judge import KeywordJudge
 from pytest_orbench.tools.simulator.roles import decide, unit
 from tests.conftest import load, mock_args, stats
 

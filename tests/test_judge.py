@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_orbench.judging.judges import KeywordJudge, Verdict
-from pytest_orbench.judging.keyword_features import features, find_refusal
+from pytest_orbench.judging.judges import Verdict
+from pytest_orbench.judging.keyword_features import features
+from pytest_orbench.judging.keyword_judge import KeywordJudge
+from pytest_orbench.judging.keyword_refusals import find_refusal
 from pytest_orbench.judging.keyword_weights import RefusalModel, load_model, weights_digest
 
 JUDGE = KeywordJudge()

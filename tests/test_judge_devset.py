@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_orbench.judging.judges import KeywordJudge
+from pytest_orbench.judging.keyword_judge import KeywordJudge
 from pytest_orbench.tools.judge_eval import evaluate, judge_examples, load_labeled
 
 ROOT = Path(__file__).resolve().parent.parent

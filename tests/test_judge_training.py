@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_orbench import DEFAULT_JUDGE
-from pytest_orbench.judging.judges import KeywordJudge, Verdict
+from pytest_orbench.judging.judges import Verdict
+from pytest_orbench.judging.keyword_judge import KeywordJudge
 from pytest_orbench.judging.keyword_weights import RefusalModel
+from pytest_orbench.judging.registry import DEFAULT_JUDGE
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "train_judge.py"

@@ -12,20 +12,12 @@ import pytest
 
 from pytest_orbench.core.endpoint import ModelSpec
 from pytest_orbench.core.stats import bootstrap_kappa_ci, cohen_kappa
-from pytest_orbench.judging.judges import (
-    LLM_PROMPT,
-    CustomJudge,
-    HybridJudge,
-    JudgeError,
-    Judgement,
-    KeywordJudge,
-    LLMJudge,
-    PrefixJudge,
-    Verdict,
-    coerce_verdict,
-    make_judge,
-    parse_llm_output,
-)
+from pytest_orbench.judging.custom_judge import CustomJudge, coerce_verdict
+from pytest_orbench.judging.judges import JudgeError, Judgement, Verdict
+from pytest_orbench.judging.keyword_judge import KeywordJudge
+from pytest_orbench.judging.llm_judge import LLM_PROMPT, HybridJudge, LLMJudge, parse_llm_output
+from pytest_orbench.judging.prefix_judge import PrefixJudge
+from pytest_orbench.judging.registry import make_judge
 from pytest_orbench.tools.judge_eval import HUMAN_CLASS, LabeledError, evaluate, judge_examples, load_labeled
 
 DEV_SET = Path(__file__).parent / "data" / "judge-dev.csv"  # traps written for the project; the keyword judge trains on them
@@ -85,7 +77,7 @@ def test_the_llm_judge_prompt_cannot_change_without_its_version() -> None:
     # put the new digest here, together.
     import hashlib
 
-    from pytest_orbench.judging.judges import LLM_PROMPT_VERSION
+    from pytest_orbench.judging.llm_judge import LLM_PROMPT_VERSION
 
     digest = hashlib.sha256(LLM_PROMPT.encode("utf-8")).hexdigest()[:16]
     assert (LLM_PROMPT_VERSION, digest) == ("1", "4f8c10af0fd2cdf6")

@@ -21,7 +21,7 @@ import pytest
 from pytest_orbench.core.store import Store
 from pytest_orbench.judging.adaptation import adapt, cross_validated, examples_of, fit
 from pytest_orbench.judging.audit import figures
-from pytest_orbench.judging.judges import KeywordJudge
+from pytest_orbench.judging.keyword_judge import KeywordJudge
 from pytest_orbench.judging.keyword_weights import load_model
 from pytest_orbench.judging.labels import Label, LabelsError, labels_digest, load_labels, reply_digest, save_labels
 from pytest_orbench.judging.llm_calls import reply_text

@@ -285,8 +285,8 @@ def _run_shard(work: dict[str, Any], shard: int, shards: int, wait_for_stop: Any
     from pytest_orbench.calls.client import make_caller
     from pytest_orbench.core.store import Store
     from pytest_orbench.fetch.loop import FetchLoop
-    from pytest_orbench.judging.judges import make_judge
     from pytest_orbench.judging.llm_calls import judge_stage
+    from pytest_orbench.judging.registry import make_judge
 
     jobs, concurrency = _share(work, shard, shards)
     store = Store(work["store"])

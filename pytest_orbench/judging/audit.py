@@ -137,18 +137,19 @@ def audit_judge(judge: Any, rows: Sequence[Label], records: Sequence[Any], *, la
     from pytest_orbench.judging.judges import judge_sync
     from pytest_orbench.judging.keyword_weights import load_model
     from pytest_orbench.judging.labels import labels_digest
+    from pytest_orbench.judging.registry import adaptable, unsure_only
 
     rows = list(rows)
     in_run = {r["reply_digest"]: bool(r["refused"]) for r in records
               if r.get("reply_digest") and r.get("refused") is not None}
     included: list[Label] = []
     predicted: list[bool] = []
-    adapted = judge.id in ("keyword", "hybrid")
+    adapted = adaptable(judge.id)
     if adapted:
         shipped = load_model()
         low, high = shipped.band
         for row, p in zip(rows, cross_validated(shipped, rows)):
-            if judge.id == "hybrid" and low <= p < high:
+            if unsure_only(judge.id) and low <= p < high:
                 if row.key in in_run:  # the keyword side is unsure: the LLM's verdict in this run decides
                     included.append(row)
                     predicted.append(in_run[row.key])

@@ -1,7 +1,7 @@
 """The keyword judge's fitted weights (package data `refusal-model.json`, written by
 scripts/train_judge.py): loading them, scoring a reply's features, the judge's version.
 
-Apart from `lexical`, which reads a reply into features with ~150 compiled patterns (~12 ms to import):
+Apart from `keyword_features`, which reads a reply into features with ~150 compiled patterns (~12 ms to import):
 a re-run whose verdicts are all stored needs the judge's version, not its reading.
 """
 
@@ -55,7 +55,7 @@ class RefusalModel:
         weights = self.weights
         hits = (present & self._known) - skip
         pushed = heapq.nlargest(k, ((sign * weights[f], f) for f in hits if sign * weights[f] > 0))
-        from pytest_orbench.judging.keyword_features import describe  # (imported by whoever read `present`)
+        from pytest_orbench.judging.keyword_explanation import describe  # (imported when a reply is judged)
 
         return [describe(f) for _, f in pushed]
 

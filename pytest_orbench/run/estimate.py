@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from pytest_orbench.calls.prices import Price, price_of
+from pytest_orbench.judging.registry import unsure_only
 
 if TYPE_CHECKING:
     from pytest_orbench.fetch.coordinator import Plan
@@ -74,7 +75,7 @@ def endpoint_part(what: str, model: str, system_prompt: str | None, prompts: lis
 def judge_part(model: str, questions: list[tuple[str, str | None]], reply_tokens: int, at_most: bool,
                litellm_kwargs: Mapping[str, Any]) -> Part:
     """LLM judge calls: (prompt, stored reply or None for a reply not fetched yet, counted as `reply_tokens`)."""
-    from pytest_orbench.judging.judges import LLM_PROMPT
+    from pytest_orbench.judging.llm_judge import LLM_PROMPT
 
     tokens = 0
     for prompt, reply in questions:
@@ -150,7 +151,7 @@ def plan_parts(settings: Settings, judge: Judge, plan: Plan) -> list[Part]:
         questions: list[tuple[str, str | None]] = [(r.text, None) for r in plan.misses]
         questions += [(r.text, reply_text(plan.stored[r.key])) for r in plan.unjudged]
         if questions:
-            parts.append(judge_part(s.judge_spec.model, questions, s.estimate_output_tokens, judge.id == "hybrid",
+            parts.append(judge_part(s.judge_spec.model, questions, s.estimate_output_tokens, unsure_only(judge.id),
                                     s.judge_spec.call_kwargs))
     return parts
 
@@ -168,7 +169,7 @@ def verification_part(settings: Settings, prompts: list[str], flipped: int, comp
     s = settings
     if not s.verify_flips or s.judge_spec is None or not prompts:
         return None
-    from pytest_orbench.judging.judges import LLM_PROMPT
+    from pytest_orbench.judging.llm_judge import LLM_PROMPT
 
     if compared >= MIN_MEASURED:
         share = flipped / compared

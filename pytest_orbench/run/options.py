@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench import BUILTIN_DATASETS, DEFAULT_JUDGE
+from pytest_orbench import BUILTIN_DATASETS
+from pytest_orbench.judging.registry import DEFAULT_JUDGE, names_help
 
 MAX_TRIALS = 20
 # The range of each number setting, checked before any call: past these a run against a dead or hung endpoint
@@ -83,7 +84,7 @@ OPTIONS: tuple[Option, ...] = (
            "and the baseline", "--orbench-revision"),
     Option("offline", "bool", False, "use only stored responses; a missing one is an error", "--orbench-offline"),
     Option("data_dir", "path", None, "folder holding the dataset files under their upstream names (or ORBENCH_DATA_DIR)", "--orbench-data-dir"),
-    Option("judge", "str", DEFAULT_JUDGE, "refusal judge: keyword | llm | hybrid | prefix | package.module:function", "--orbench-judge"),
+    Option("judge", "str", DEFAULT_JUDGE, f"refusal judge: {names_help()}", "--orbench-judge"),
     Option("judge_model", "str", None, "litellm model string of the LLM judge (judge llm / hybrid)", "--orbench-judge-model"),
     Option("judge_api_base", "str", None, "base URL of the judge model's endpoint", "--orbench-judge-api-base"),
     Option("judge_api_key_env", "str", None, "environment variable holding the judge's API key", "--orbench-judge-api-key-env"),

@@ -46,10 +46,11 @@ from pytest_orbench.core.store import StoreError, response_key
 from pytest_orbench.fetch.coordinator import Coordinator, Plan, Request
 from pytest_orbench.fetch.loop import Outcome
 from pytest_orbench.judging.adaptation import adapt
-from pytest_orbench.judging.judges import ADAPTABLE_JUDGES, Judgement, Verdict, make_judge
+from pytest_orbench.judging.judges import Judgement, Verdict
 from pytest_orbench.judging.keyword_weights import load_model
 from pytest_orbench.judging.labels import Label, labelled, load_labels, reply_digest
 from pytest_orbench.judging.llm_calls import final_judgement, reply_text
+from pytest_orbench.judging.registry import adaptable, cached, make_judge
 from pytest_orbench.run.items import DatasetNode, PromptItem, Requests
 from pytest_orbench.run.progress import ProgressDisplay
 from pytest_orbench.run.results import ErrorDigest, ReportRelease, RunResults, dry_run, release_item
@@ -57,8 +58,6 @@ from pytest_orbench.run.settings import Settings
 
 if TYPE_CHECKING:
     from pytest_orbench.run.estimate import Part
-
-CACHED_JUDGES = ("keyword", "prefix")  # deterministic, versioned: their verdicts on a reply are stored
 
 
 class OrbenchPlugin:
@@ -87,7 +86,7 @@ class OrbenchPlugin:
         keyword_model = None
         if settings.judge_labels is not None:
             self.labels = labelled(load_labels(settings.judge_labels))  # checked at configure
-            if settings.judge in ADAPTABLE_JUDGES:
+            if adaptable(settings.judge):
                 keyword_model = adapt(load_model(), self.labels)  # deterministic: every xdist worker fits alike
         self.judge = make_judge(settings.judge, settings.judge_spec, keyword_model)
         self.datasets = self._load_datasets()
@@ -498,7 +497,7 @@ class OrbenchPlugin:
         """The judge's verdict; a built-in offline judge's verdict on a stored reply is kept in the store
         (keyed by judge id and version, prompt and reply), so a re-run does not judge it again."""
         store = self.coordinator.store
-        if self.settings.judge not in CACHED_JUDGES or store is None:
+        if not cached(self.settings.judge) or store is None:
             return final_judgement(self.judge, prompt, reply, judged)
         key = response_key({"verdict_of": self.judge.id, "version": self.judge.version, "prompt": prompt,
                             "reply": reply_text(reply), "finish_reason": reply.get("finish_reason")})

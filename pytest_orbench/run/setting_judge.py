@@ -11,15 +11,11 @@ from pytest_orbench.run.setting_sources import fail
 from pytest_orbench.run.setting_target import importable
 
 
-def _asks_an_llm(name: str) -> bool:
-    """The judges that ask the LLM judge model about every reply."""
-    return name in ("llm", "hybrid")
-
-
 def check_judge(values: dict[str, Any], folders: list[Path]) -> ModelSpec | None:
     """Validate the judge before any call: known name or importable function (a custom judge beside the
     rootdir or orbench.yaml imports, like a `target:`), its model and key."""
-    from pytest_orbench.judging.judges import judge_model_spec
+    from pytest_orbench.judging.llm_judge import judge_model_spec
+    from pytest_orbench.judging.registry import calls_llm
 
     name = values["judge"]
     spec = None
@@ -27,9 +23,9 @@ def check_judge(values: dict[str, Any], folders: list[Path]) -> ModelSpec | None
         raise fail("--orbench-verify-flips asks the LLM judge about the prompts whose verdict flipped, and --orbench-judge "
                    "llm has judged every reply with it already; drop --orbench-verify-flips, or judge with keyword "
                    "(or hybrid) and verify the flips with the LLM")
-    if _asks_an_llm(name) or values["verify_flips"]:
+    if calls_llm(name) or values["verify_flips"]:
         if not values["judge_model"]:
-            what = f"--orbench-judge {name}" if _asks_an_llm(name) else "--orbench-verify-flips"
+            what = f"--orbench-judge {name}" if calls_llm(name) else "--orbench-verify-flips"
             raise fail(f"{what} needs a judge model: --orbench-judge-model MODEL (judge_model: in orbench.yaml)")
         kwargs = values["judge_litellm_kwargs"] or {}
         check_secrets(kwargs, "judge_litellm_kwargs", "judge_api_key_env", values["offline"])
@@ -53,7 +49,8 @@ def check_judge(values: dict[str, Any], folders: list[Path]) -> ModelSpec | None
 
 def check_judge_name(name: str, spec: ModelSpec | None, folders: list[Path]) -> None:
     """The judge is a known name or an importable `module:function` (made once, so that it fails here)."""
-    from pytest_orbench.judging.judges import JudgeError, make_judge
+    from pytest_orbench.judging.judges import JudgeError
+    from pytest_orbench.judging.registry import make_judge
 
     hint = importable(folders) if ":" in name else None
     try:

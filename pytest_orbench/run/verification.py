@@ -21,7 +21,8 @@ from pytest_orbench.analysis.baseline import compare, trials_of
 from pytest_orbench.core.endpoint import ModelSpec
 from pytest_orbench.core.records import BaselineDocument, PromptRecord, ResultsDocument
 from pytest_orbench.core.store import Store
-from pytest_orbench.judging.judges import Judgement, LLMJudge, Verdict
+from pytest_orbench.judging.judges import Judgement, Verdict
+from pytest_orbench.judging.llm_judge import LLMJudge
 
 
 def flips(reference: BaselineDocument, results: ResultsDocument) -> dict[str, list[str]]:

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_orbench import DEFAULT_JUDGE
 from pytest_orbench.core.dependencies import CompromisedDependency, compromised_problem
+from pytest_orbench.judging.registry import CUSTOM, DEFAULT_JUDGE, llm_judge_names, names_help
 
 if TYPE_CHECKING:
     from pytest_orbench.core.records import ResultsDocument
@@ -263,8 +263,10 @@ def _judge_eval(args: argparse.Namespace) -> int:
     from pytest_orbench.calls.client import api_key_for
     from pytest_orbench.core.jsonfile import dumps, output_problem, write_atomic
     from pytest_orbench.core.store import store_problem
-    from pytest_orbench.judging.judges import ADAPTABLE_JUDGES, JudgeError, judge_model_spec, make_judge
+    from pytest_orbench.judging.judges import JudgeError
     from pytest_orbench.judging.labels import LabelsError
+    from pytest_orbench.judging.llm_judge import judge_model_spec
+    from pytest_orbench.judging.registry import adaptable, calls_llm, make_judge, offline_judge_names
     from pytest_orbench.tools.judge_eval import (
         LabeledError,
         compare_judges,
@@ -284,13 +286,13 @@ def _judge_eval(args: argparse.Namespace) -> int:
         return _fail(f"--timeout must be a number of seconds between 0 and 3600, got {args.timeout}")
     if args.fail_under is not None and not 0 <= args.fail_under <= 1:
         return _fail(f"--fail-under is a share between 0 and 1 (0.9 for 90%), got {args.fail_under}")
-    if args.judge not in ("llm", "hybrid") and (args.judge_model or args.judge_api_base):
+    if not calls_llm(args.judge) and (args.judge_model or args.judge_api_base):
         return _fail(f"--judge-model / --judge-api-base are set but --judge is {args.judge!r}, which calls no model; "
                      "use --judge llm or hybrid, or drop them")
     spec = None
     try:
         examples = load_labeled(Path(args.labeled))
-        if args.judge in ("llm", "hybrid"):
+        if calls_llm(args.judge):
             problem = compromised_problem()
             if problem:
                 return _fail(problem)
@@ -305,7 +307,7 @@ def _judge_eval(args: argparse.Namespace) -> int:
                                     args.judge_api_key_env)
         labels = _judge_labels(args)
         keyword_model = None
-        if labels and args.judge in ADAPTABLE_JUDGES:
+        if labels and adaptable(args.judge):
             from pytest_orbench.judging.adaptation import adapt
             from pytest_orbench.judging.keyword_weights import load_model
 
@@ -315,8 +317,8 @@ def _judge_eval(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     other = None
     if args.against:  # checked before any judge call, like the judge itself
-        if args.against in ("llm", "hybrid"):
-            return _fail("--against takes an offline judge (keyword, prefix or package.module:function)")
+        if calls_llm(args.against):
+            return _fail(f"--against takes an offline judge ({', '.join(offline_judge_names())} or {CUSTOM})")
         try:
             other = make_judge(args.against)
         except JudgeError as exc:
@@ -574,8 +576,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("judge-eval", help="measure a refusal judge against human labels (agreement, kappa, bias)")
     ev.add_argument("labeled", help="CSV with prompt,response,label (compliance|refusal|partial_refusal; XSTest's labels too)")
     ev.add_argument("--judge", default=DEFAULT_JUDGE,
-                    help=f"keyword | llm | hybrid | prefix | package.module:function (default: the plugin's, {DEFAULT_JUDGE})")
-    ev.add_argument("--judge-model", help="litellm model string of the LLM judge (llm / hybrid)")
+                    help=f"{names_help()} (default: the plugin's, {DEFAULT_JUDGE})")
+    ev.add_argument("--judge-model", help=f"litellm model string of the LLM judge ({' / '.join(llm_judge_names())})")
     ev.add_argument("--judge-api-base", help="base URL of the judge model's endpoint")
     ev.add_argument("--judge-api-key-env", help="environment variable holding the judge's API key")
     ev.add_argument("--judge-max-tokens", type=int, default=512)

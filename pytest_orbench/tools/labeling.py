@@ -63,7 +63,7 @@ def candidates(results_path: Path, store_dir: Path | None) -> tuple[list[Candida
     excerpt is whole there too), the model that replied, and notes on what could not be used."""
     from pytest_orbench.core.records import ResultsError, load_results
     from pytest_orbench.core.store import STORE_FILE, Store
-    from pytest_orbench.judging.judges import KeywordJudge
+    from pytest_orbench.judging.keyword_judge import KeywordJudge
     from pytest_orbench.judging.llm_calls import reply_text
 
     try:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_orbench.core.endpoint import ModelSpec
+from pytest_orbench.judging.registry import calls_llm
 from pytest_orbench.tools.generate.text import CATEGORIES
 
 
@@ -180,12 +181,13 @@ def build_config(values: dict[str, Any], base: Path) -> GenerateConfig:
     if dedupe > 1:
         raise GenerateError(f"generate.dedupe_threshold is a similarity in [0, 1], got {dedupe}")
     judge_model = None
-    if panel and values["panel_judge"] in ("llm", "hybrid"):
+    if panel and calls_llm(values["panel_judge"]):
         if not values.get("judge_model"):
             raise GenerateError(f"panel_judge {values['panel_judge']} needs judge_model (--judge-model MODEL)")
         judge_model = _model(values["judge_model"], "judge_model", shared)
     if panel:
-        from pytest_orbench.judging.judges import JudgeError, make_judge
+        from pytest_orbench.judging.judges import JudgeError
+        from pytest_orbench.judging.registry import make_judge
 
         try:
             make_judge(values["panel_judge"], judge_model)

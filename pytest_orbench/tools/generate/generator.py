@@ -232,8 +232,8 @@ class Pipeline:
         }
 
     async def panel(self, candidates: list[Candidate]) -> dict[str, Any]:
-        from pytest_orbench.judging.judges import make_judge
         from pytest_orbench.judging.llm_calls import JudgeStage, final_judgement, judge_key, reply_text
+        from pytest_orbench.judging.registry import make_judge
 
         cfg = self.config
         judge = make_judge(cfg.panel_judge, cfg.judge_model)

@@ -13,7 +13,7 @@ import hashlib
 import math
 import re
 
-from pytest_orbench.judging.judges import REPLY_QUOTE, REQUEST_QUOTE
+from pytest_orbench.judging.llm_judge import REPLY_QUOTE, REQUEST_QUOTE
 from pytest_orbench.tools.generate.text import CATEGORY_FIELD, COUNT_FIELD, PROMPT_QUOTE, SEED_QUOTE
 
 HARM = re.compile(
