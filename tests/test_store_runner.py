@@ -10,7 +10,8 @@ import pytest
 
 from pytest_orbench.calls.client import EndpointError, Reply, backoff, call_with_retries, scrub
 from pytest_orbench.core.endpoint import ModelSpec
-from pytest_orbench.core.store import Store, StoreError, response_key
+from pytest_orbench.core.store import Store, response_key
+from pytest_orbench.core.store_database import StoreError
 from pytest_orbench.fetch.loop import FetchLoop, Job, Waiter
 
 
@@ -475,7 +476,7 @@ def test_a_store_held_locked_by_another_process_is_named_as_such(tmp_path: Path,
     # with free space": neither permissions nor space were the problem.
     import sqlite3
 
-    from pytest_orbench.core import store as store_module
+    from pytest_orbench.core import store_database as store_module
     Store(tmp_path).close()
     monkeypatch.setattr(store_module, "BUSY_SECONDS", 0.2)
     holder = sqlite3.connect(tmp_path / store_module.STORE_FILE, isolation_level=None)

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_orbench.calls.client import no_visible_text
 from pytest_orbench.core.durations import format_age
-from pytest_orbench.core.store import Store, StoreError
+from pytest_orbench.core.store import Store
+from pytest_orbench.core.store_database import StoreError
 from pytest_orbench.fetch.loop import DRAIN, RETRY_WAIT, FetchLoop, Job, Outcome, ThreadFetcher, Waiter
 from pytest_orbench.judging.judges import Judge
 from pytest_orbench.judging.llm_calls import judge_key

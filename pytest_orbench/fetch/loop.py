@@ -22,7 +22,8 @@ from typing import Any, Protocol
 
 from pytest_orbench.calls.client import Caller, EndpointError, call_with_retries
 from pytest_orbench.core.records import NOT_REQUESTED
-from pytest_orbench.core.store import Store, unusable
+from pytest_orbench.core.store import Store
+from pytest_orbench.core.store_database import unusable
 from pytest_orbench.judging.judges import Judge
 from pytest_orbench.judging.llm_calls import JudgeStage, judge_key, reply_text
 

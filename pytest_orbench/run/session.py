@@ -42,7 +42,8 @@ from pytest_orbench.core.records import (
     record_of,
     report_property,
 )
-from pytest_orbench.core.store import StoreError, response_key
+from pytest_orbench.core.store import response_key
+from pytest_orbench.core.store_database import StoreError
 from pytest_orbench.fetch.coordinator import Coordinator, Plan, Request
 from pytest_orbench.fetch.loop import Outcome
 from pytest_orbench.judging.adaptation import adapt

@@ -578,7 +578,7 @@ def _check_files(s: Settings, prompt_file: Path | None) -> None:
     run reads (the baseline, a dataset, the system prompt), would silently replace the other."""
     from pytest_orbench.analysis.baseline import replace_problem
     from pytest_orbench.core.jsonfile import output_problem
-    from pytest_orbench.core.store import store_problem
+    from pytest_orbench.core.store_database import store_problem
 
     problem = store_problem(s.store, "--orbench-store", offline=s.offline)
     update = s.baseline if s.update_baseline else None

@@ -144,7 +144,8 @@ def _batches(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     from pytest_orbench.analysis.summary import term_safe
-    from pytest_orbench.core.store import STORE_FILE, Store
+    from pytest_orbench.core.store import Store
+    from pytest_orbench.core.store_database import STORE_FILE
 
     folder = Path(args.store)
     if not (folder / STORE_FILE).is_file():
@@ -262,7 +263,7 @@ def _tradeoff(args: argparse.Namespace) -> int:
 def _judge_eval(args: argparse.Namespace) -> int:
     from pytest_orbench.calls.client import api_key_for
     from pytest_orbench.core.jsonfile import dumps, output_problem, write_atomic
-    from pytest_orbench.core.store import store_problem
+    from pytest_orbench.core.store_database import store_problem
     from pytest_orbench.judging.judges import ADAPTABLE_JUDGES, JudgeError, judge_model_spec, make_judge
     from pytest_orbench.judging.labels import LabelsError
     from pytest_orbench.tools.judge_eval import (
@@ -453,7 +454,7 @@ def _generate(args: argparse.Namespace) -> int:
         config = build_config(values, base)
     except (GenerateError, ValueError) as exc:
         return _fail(str(exc))
-    from pytest_orbench.core.store import store_problem
+    from pytest_orbench.core.store_database import store_problem
 
     # Like the other flag paths, --store is relative to where you are; store: in orbench.yaml to that file.
     store = Path(args.store).resolve() if args.store else base / str(values.get("store") or ".orbench")
@@ -641,7 +642,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from pytest_orbench.core.store import StoreError
+    from pytest_orbench.core.store_database import StoreError
 
     if args.command == "generate":  # every generate calls models (judge-eval: only with an LLM judge)
         problem = compromised_problem()
