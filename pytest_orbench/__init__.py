@@ -9,7 +9,6 @@ try:
 except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0+unknown"
 
-# Named here, where the pytest options' help (every pytest run's) and the `orbench` command read them
-# without importing the datasets, the store or pytest.
+# Named here, where the pytest options' help (every pytest run's) and the `orbench` command read it
+# without importing the judges, the store or pytest.
 DEFAULT_JUDGE = "keyword"  # the plugin's, the Action's and `orbench judge-eval`'s default judge
-BUILTIN_DATASETS = ("hard-1k", "toxic", "80k", "xstest-safe", "xstest-unsafe")  # dataset.BUILTINS, in order

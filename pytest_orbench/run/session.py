@@ -19,16 +19,10 @@ import pytest
 from pytest_orbench.analysis.baseline import BaselineError, check_comparable, load_baseline
 from pytest_orbench.analysis.summary import header_line
 from pytest_orbench.calls.client import scrub
-from pytest_orbench.core.datasets import (
-    Dataset,
-    DatasetError,
-    Prompt,
-    check_unique_ids,
-    default_cache_dir,
-    load_dataset,
-    stratified_sample,
-    test_name,
-)
+from pytest_orbench.core.datasets.loading import load_dataset
+from pytest_orbench.core.datasets.pinned import default_cache_dir
+from pytest_orbench.core.datasets.prompts import Dataset, DatasetError, Prompt, check_unique_ids, test_name
+from pytest_orbench.core.datasets.sampling import stratified_sample
 from pytest_orbench.core.durations import format_age
 from pytest_orbench.core.endpoint import calls_go_to, kwargs_endpoint, redact_url
 from pytest_orbench.core.records import (

@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_orbench.analysis.gate import GateConfig, GateConfigError, parse_gate
-from pytest_orbench.core.datasets import BUILTINS, DatasetError, DatasetSpec, parse_spec, spec_from_mapping
+from pytest_orbench.core.datasets.prompts import DatasetError
+from pytest_orbench.core.datasets.registry import BUILTINS
+from pytest_orbench.core.datasets.specs import DatasetSpec, parse_spec, spec_from_mapping
 from pytest_orbench.core.durations import parse_age
 from pytest_orbench.core.endpoint import (
     ENDPOINT_KWARGS,
