@@ -10,7 +10,7 @@ import hashlib
 import json
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from pytest_orbench.core.store_database import damaged, put_records
 from pytest_orbench.core.store_runs import RunBookkeeping
@@ -32,6 +32,13 @@ def _with_age(text: str, created: float) -> dict[str, Any]:
     record: dict[str, Any] = json.loads(text)
     record["stored_at"] = round(created, 3)  # when it was paid for: results show how old replies are
     return record
+
+
+class StoredVerdict(NamedTuple):
+    """A built-in offline judge's verdict on a stored reply, and its reason."""
+
+    verdict: str
+    reason: str
 
 
 class Store(RunBookkeeping):
@@ -77,10 +84,10 @@ class Store(RunBookkeeping):
         return int(count)
 
     @damaged
-    def verdict(self, key: str) -> tuple[str, str] | None:
+    def verdict(self, key: str) -> StoredVerdict | None:
         """A built-in offline judge's stored (verdict, reason) on a reply, by verdict key."""
         row = self._conn().execute("SELECT verdict, reason FROM verdicts WHERE key = ?", (key,)).fetchone()
-        return (row[0], row[1]) if row else None
+        return StoredVerdict(row[0], row[1]) if row else None
 
     @damaged
     def put_verdicts(self, rows: list[tuple[str, str, str]]) -> None:

@@ -5,9 +5,60 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from pytest_orbench.core.store_database import Database, damaged, put_records
+
+
+@dataclass(frozen=True)
+class RunState:
+    """A run across its fetch processes: summed progress; finished only when every shard is; heartbeat and pid
+    of the quietest shard; the first fatal message and note."""
+
+    pid: int
+    started: float
+    heartbeat: float
+    total: int
+    done: int
+    errors: int
+    finished: bool
+    fatal: str | None
+    shards: int  # how many fetch processes the run has
+    started_shards: int  # how many of them have started
+    note: str | None
+
+
+@dataclass(frozen=True)
+class OtherRun:
+    """Another run fetching into the same store now."""
+
+    run: str
+    pid: int
+    started: float
+    to_go: int  # replies it still has to fetch
+
+
+@dataclass(frozen=True)
+class BatchRow:
+    """A submitted provider batch, as `orbench batches` lists it."""
+
+    id: str
+    endpoint: str
+    status: str
+    counts: dict[str, Any]  # the provider's request_counts at the last retrieval
+    created: float
+    collected: bool
+    prompts: int
+
+
+class StoredOutcome(NamedTuple):
+    """A prompt's outcome in a run: the errors that remained, and whether the endpoint and judge were paid."""
+
+    error: str | None
+    judge_error: str | None
+    fetched: int
+    judge_fetched: int
 
 
 class RunBookkeeping(Database):
@@ -60,13 +111,13 @@ class RunBookkeeping(Database):
                          (now, len(missing), f"{run}#{shard}"))
 
     @damaged
-    def other_runs(self, run: str, alive_within: float = 30.0) -> list[dict[str, Any]]:
+    def other_runs(self, run: str, alive_within: float = 30.0) -> list[OtherRun]:
         """Other runs fetching into this store now (unfinished, heartbeat within `alive_within` s): per run, its
         pid, start and replies still to come."""
         rows = self._conn().execute(
             "SELECT run, MIN(pid), MIN(started), SUM(total - done) FROM runs WHERE run != ? AND finished = 0 AND "
             "heartbeat >= ? GROUP BY run", (run, time.time() - alive_within)).fetchall()
-        return [{"run": r[0], "pid": int(r[1]), "started": float(r[2]), "to_go": int(r[3] or 0)} for r in rows]
+        return [OtherRun(r[0], int(r[1]), float(r[2]), int(r[3] or 0)) for r in rows]
 
     @damaged
     def started_shards(self, run: str) -> set[int]:
@@ -99,12 +150,12 @@ class RunBookkeeping(Database):
         return [(row[0], json.loads(row[1])) for row in rows]
 
     @damaged
-    def batches(self, collected: bool = False) -> list[dict[str, Any]]:
+    def batches(self, collected: bool = False) -> list[BatchRow]:
         """Submitted batches, oldest first: the open ones (`collected`: every one)."""
         rows = self._conn().execute("SELECT id, endpoint, status, counts, created, collected, keys FROM batches "
                                     + ("" if collected else "WHERE collected = 0 ") + "ORDER BY created").fetchall()
-        return [{"id": r[0], "endpoint": r[1], "status": r[2], "counts": json.loads(r[3]) if r[3] else {},
-                 "created": r[4], "collected": bool(r[5]), "prompts": len(json.loads(r[6]))} for r in rows]
+        return [BatchRow(r[0], r[1], r[2], json.loads(r[3]) if r[3] else {}, r[4], bool(r[5]), len(json.loads(r[6])))
+                for r in rows]
 
     @damaged
     def batch_status(self, batch_id: str, status: str, counts: dict[str, Any] | None) -> None:
@@ -119,27 +170,26 @@ class RunBookkeeping(Database):
             conn.execute("UPDATE batches SET status = ?, collected = 1 WHERE id = ?", (status, batch_id))
 
     @damaged
-    def outcome(self, run: str, key: str) -> tuple[str | None, str | None, int, int] | None:
+    def outcome(self, run: str, key: str) -> StoredOutcome | None:
         row = self._conn().execute("SELECT error, judge_error, fetched, judge_fetched FROM outcomes "
                                    "WHERE run = ? AND key = ?", (run, key)).fetchone()
-        return (row[0], row[1], int(row[2]), int(row[3])) if row else None
+        return StoredOutcome(row[0], row[1], int(row[2]), int(row[3])) if row else None
 
     @damaged
-    def run_state(self, run: str) -> dict[str, Any] | None:
-        """The run across its fetch processes: summed progress; finished only when every shard is;
-        heartbeat and pid of the quietest shard; the first fatal message."""
+    def run_state(self, run: str) -> RunState | None:
+        """The run across its fetch processes (RunState), None before any has started."""
         rows = self._conn().execute("SELECT pid, started, heartbeat, total, done, errors, finished, fatal, shards, note "
                                     "FROM runs WHERE run = ? ORDER BY shard", (run,)).fetchall()
         if not rows:
             return None
         quietest = min(rows, key=lambda r: r[2] if not r[6] else float("inf"))
-        return {
-            "pid": quietest[0], "started": min(r[1] for r in rows), "heartbeat": quietest[2],
-            "total": sum(r[3] for r in rows), "done": sum(r[4] for r in rows), "errors": sum(r[5] for r in rows),
-            "finished": int(len(rows) >= rows[0][8] and all(r[6] for r in rows)),
-            "fatal": next((r[7] for r in rows if r[7]), None), "shards": rows[0][8], "started_shards": len(rows),
-            "note": next((r[9] for r in rows if r[9]), None),
-        }
+        return RunState(
+            pid=quietest[0], started=min(r[1] for r in rows), heartbeat=quietest[2],
+            total=sum(r[3] for r in rows), done=sum(r[4] for r in rows), errors=sum(r[5] for r in rows),
+            finished=len(rows) >= rows[0][8] and all(r[6] for r in rows),
+            fatal=next((r[7] for r in rows if r[7]), None), shards=rows[0][8], started_shards=len(rows),
+            note=next((r[9] for r in rows if r[9]), None),
+        )
 
     @damaged
     def paid_keys(self, run: str) -> set[str]:

@@ -499,7 +499,7 @@ class OrbenchPlugin:
                             "reply": reply_text(reply), "finish_reason": reply.get("finish_reason")})
         found = store.verdict(key)
         if found is not None:
-            return Judgement(Verdict(found[0]), found[1])
+            return Judgement(Verdict(found.verdict), found.reason)
         judgement = final_judgement(self.judge, prompt, reply, judged)
         self._new_verdicts.append((key, judgement.verdict.value, judgement.reason))
         return judgement

@@ -161,12 +161,12 @@ def _batches(args: argparse.Namespace) -> int:
         return 0
     print("batch  endpoint  status  requests done/total  prompts  submitted (UTC)")
     for row in rows:
-        counts = row["counts"]
-        done = f"{counts.get('completed', 0)}/{counts.get('total') or row['prompts']}"
-        when = datetime.fromtimestamp(row["created"], UTC).strftime("%Y-%m-%d %H:%M")
-        state = term_safe(row["status"], 40) + (" (collected)" if row["collected"] else "")
-        print(f"{term_safe(row['id'], 80)}  {term_safe(row['endpoint'], 120)}  {state}  {done}  {row['prompts']}  {when}")
-    open_ones = sum(not r["collected"] for r in rows)
+        counts = row.counts
+        done = f"{counts.get('completed', 0)}/{counts.get('total') or row.prompts}"
+        when = datetime.fromtimestamp(row.created, UTC).strftime("%Y-%m-%d %H:%M")
+        state = term_safe(row.status, 40) + (" (collected)" if row.collected else "")
+        print(f"{term_safe(row.id, 80)}  {term_safe(row.endpoint, 120)}  {state}  {done}  {row.prompts}  {when}")
+    open_ones = sum(not r.collected for r in rows)
     if open_ones:
         print(f"{open_ones} open: the next run with this store (and --orbench-batch) polls them instead of "
               "submitting their prompts again")
