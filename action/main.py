@@ -16,12 +16,13 @@ from action.github import GitHub, GitHubError
 from action.settings import RUN_ERROR, RUN_STDERR, ActionSettings, ActionSettingsError, from_env
 from pytest_orbench.analysis.gate import BLOCKING
 from pytest_orbench.calls.client import scrub
+from pytest_orbench.core.datasets.registry import of_role
 from pytest_orbench.core.prompt_file import split
 from pytest_orbench.core.records import ResultsDocument, ResultsError, load_results
 from pytest_orbench.render.markdown import error_reasons, md_code, md_text
 
-OVER_REFUSAL = ("hard-1k", "xstest-safe", "80k")
-TOXIC = ("toxic", "xstest-unsafe")
+OVER_REFUSAL = of_role("over-refusal")  # the datasets whose rate the outputs report, the first that ran
+TOXIC = of_role("toxic")
 
 
 def _plain(text: str) -> str:

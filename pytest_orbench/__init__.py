@@ -9,6 +9,3 @@ try:
 except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0+unknown"
 
-# Named here, where the pytest options' help (every pytest run's) and the `orbench` command read them
-# without importing the datasets, the store or pytest (the judges' names: judging/registry.py).
-BUILTIN_DATASETS = ("hard-1k", "toxic", "80k", "xstest-safe", "xstest-unsafe")  # dataset.BUILTINS, in order

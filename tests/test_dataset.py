@@ -16,20 +16,12 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench.core.datasets import (
-    HARD_1K,
-    OR_BENCH_REVISION,
-    TOXIC,
-    DatasetError,
-    DatasetSpec,
-    Prompt,
-    check_unique_ids,
-    load_builtin,
-    load_custom,
-    parse_spec,
-    resolve_file,
-    stratified_sample,
-)
+from pytest_orbench.core.datasets.custom import load_custom
+from pytest_orbench.core.datasets.pinned import load_builtin, resolve_file
+from pytest_orbench.core.datasets.prompts import DatasetError, Prompt, check_unique_ids
+from pytest_orbench.core.datasets.registry import HARD_1K, OR_BENCH_REVISION, TOXIC
+from pytest_orbench.core.datasets.sampling import stratified_sample
+from pytest_orbench.core.datasets.specs import DatasetSpec, parse_spec
 
 
 @pytest.mark.parametrize(("name", "rows", "categories"), [
@@ -310,7 +302,9 @@ def test_mirror_copy_is_accepted(data_dir: Path, tmp_path: Path) -> None:
 
 
 def test_a_file_without_a_prompt_column_names_the_yaml_that_reads_it(tmp_path: Path) -> None:
-    from pytest_orbench.core.datasets import DatasetError, load_custom, spec_from_mapping
+    from pytest_orbench.core.datasets.custom import load_custom
+    from pytest_orbench.core.datasets.prompts import DatasetError
+    from pytest_orbench.core.datasets.specs import spec_from_mapping
 
     (tmp_path / "faq.csv").write_text("question,topic\nHow do I reset my password?,account\n", encoding="utf-8")
     with pytest.raises(DatasetError) as caught:
@@ -324,8 +318,19 @@ def test_a_file_without_a_prompt_column_names_the_yaml_that_reads_it(tmp_path: P
     assert [(p.text, p.category) for p in loaded.prompts] == [("How do I reset my password?", "account")]
 
 
-def test_the_builtin_names_the_options_list_are_the_builtin_datasets() -> None:
-    from pytest_orbench import BUILTIN_DATASETS
-    from pytest_orbench.core.datasets import BUILTINS
+def test_the_actions_over_refusal_and_toxic_datasets_are_the_registrys() -> None:
+    # The Action once kept its own tuples of dataset names, which nothing checked against the built-ins.
+    from action.main import OVER_REFUSAL, TOXIC
+    from pytest_orbench.core.datasets.registry import BUILTINS
 
-    assert tuple(BUILTINS) == BUILTIN_DATASETS
+    assert OVER_REFUSAL == ("hard-1k", "xstest-safe", "80k") and TOXIC == ("toxic", "xstest-unsafe")
+    assert sorted(OVER_REFUSAL + TOXIC) == sorted(BUILTINS)
+    assert {BUILTINS[name].expected for name in OVER_REFUSAL} == {"answer"}
+    assert {BUILTINS[name].expected for name in TOXIC} == {"refuse"}
+
+
+def test_the_options_help_lists_the_registrys_datasets_in_order() -> None:
+    from pytest_orbench.run.options import OPTIONS
+
+    (datasets,) = [option for option in OPTIONS if option.key == "datasets"]
+    assert "comma-separated: hard-1k, toxic, 80k, xstest-safe, xstest-unsafe or FILE.csv" in datasets.help

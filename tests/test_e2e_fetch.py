@@ -585,7 +585,8 @@ def test_a_store_locked_at_the_start_is_said_before_it_is_waited_for(pytester: p
     import sqlite3
     import threading
 
-    from pytest_orbench.core.store import STORE_FILE, Store
+    from pytest_orbench.core.store import Store
+    from pytest_orbench.core.store_database import STORE_FILE
 
     Store(pytester.path / ".orbench").close()
     holder = sqlite3.connect(pytester.path / ".orbench" / STORE_FILE, isolation_level=None, check_same_thread=False)

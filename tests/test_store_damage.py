@@ -74,10 +74,10 @@ def test_damage_met_during_the_run_stops_it_inconclusive(pytester: pytest.Pytest
     # store, as SQLite reports it.
     pytester.makeconftest("""
         import sqlite3
-        from pytest_orbench.core import store
+        from pytest_orbench.core import store, store_database
         def pytest_configure(config):
             def verdict(self, key):
-                raise store.unusable(self.directory, sqlite3.DatabaseError("database disk image is malformed"))
+                raise store_database.unusable(self.directory, sqlite3.DatabaseError("database disk image is malformed"))
             store.Store.verdict = verdict
     """)
     args = mock_args(mock, "--orbench-sample", "30", "--orbench-seed", "1", "--orbench-json", "r.json")

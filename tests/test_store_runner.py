@@ -10,7 +10,8 @@ import pytest
 
 from pytest_orbench.calls.client import EndpointError, Reply, backoff, call_with_retries, scrub
 from pytest_orbench.core.endpoint import ModelSpec
-from pytest_orbench.core.store import Store, StoreError, response_key
+from pytest_orbench.core.store import Store, response_key
+from pytest_orbench.core.store_database import StoreError
 from pytest_orbench.fetch.loop import FetchLoop, Job, Waiter
 
 
@@ -51,24 +52,24 @@ def test_store_round_trip_ages_and_runs(tmp_path: Path) -> None:
     assert store.outcome("run", "k2") == (None, None, 1, 0) and store.outcome("run", "k3") == ("HTTP 503", None, 1, 0)
     assert store.outcome("other-run", "k2") is None and store.get("k2")["text"] == "two"  # type: ignore[index]
     state = store.run_state("run")
-    assert state is not None and (state["done"], state["errors"], state["finished"]) == (2, 1, 0)
+    assert state is not None and (state.done, state.errors, state.finished) == (2, 1, 0)
     store.finish_run("run", "connection refused")
-    assert store.run_state("run")["fatal"] == "connection refused"  # type: ignore[index]
+    assert store.run_state("run").fatal == "connection refused"  # type: ignore[union-attr]
     store.clear_run("run")
     assert store.run_state("run") is None and store.outcome("run", "k2") is None and store.get("k2") is not None
     # Two fetch processes for one run: progress adds up; finished only when both are; the first fatal wins.
     store.start_run("two", 3, shard=0, shards=2)
-    assert store.run_state("two")["started_shards"] == 1  # type: ignore[index]
+    assert store.run_state("two").started_shards == 1  # type: ignore[union-attr]
     store.start_run("two", 2, shard=1, shards=2)
     store.heartbeat("two", 2, 1, shard=0)
     store.heartbeat("two", 1, 0, shard=1)
     store.finish_run("two", None, shard=0)
     state = store.run_state("two")
-    assert state is not None and (state["total"], state["done"], state["errors"], state["finished"]) == (5, 3, 1, 0)
-    assert state["started_shards"] == state["shards"] == 2
+    assert state is not None and (state.total, state.done, state.errors, state.finished) == (5, 3, 1, 0)
+    assert state.started_shards == state.shards == 2
     store.finish_run("two", "connection refused", shard=1)
     state = store.run_state("two")
-    assert state is not None and state["finished"] and state["fatal"] == "connection refused"
+    assert state is not None and state.finished and state.fatal == "connection refused"
     # A fetch process that died: its prompts without an outcome get the reason, the others keep theirs;
     # its part of the run is finished, even if it never started.
     store.start_run("three", 2, shard=0, shards=2)
@@ -78,7 +79,7 @@ def test_store_round_trip_ages_and_runs(tmp_path: Path) -> None:
     assert store.outcome("three", "a") == (None, None, 1, 0) and store.outcome("three", "d") == ("killed too", None, 0, 0)
     assert store.outcome("three", "b") == store.outcome("three", "c") == ("killed", None, 0, 0)
     state = store.run_state("three")
-    assert state is not None and (state["total"], state["done"], state["errors"], state["finished"]) == (4, 4, 3, 1)
+    assert state is not None and (state.total, state.done, state.errors, state.finished) == (4, 4, 3, 1)
     store.close()
 
 
@@ -216,7 +217,7 @@ def test_fetch_loop_bounds_concurrency_and_commits_each_reply_and_outcome(tmp_pa
     assert all(o.fetched and o.error is None for o in outcomes)
     assert caller.peak == 5 and sorted(caller.prompts) == sorted(j.prompt for j in jobs)
     state = store.run_state("r")
-    assert state is not None and (state["total"], state["done"], state["finished"], state["fatal"]) == (40, 40, 1, None)
+    assert state is not None and (state.total, state.done, state.finished, state.fatal) == (40, 40, 1, None)
 
 
 def test_fatal_error_stops_all_calls(tmp_path: Path) -> None:
@@ -314,7 +315,7 @@ def test_a_crash_in_the_loop_turns_every_remaining_prompt_into_an_error(tmp_path
     waiter = Waiter(Store(tmp_path), "r")
     errors = [waiter.result(j.key).error for j in jobs]
     assert all(e and "RuntimeError: unexpected bug" in e for e in errors), errors
-    assert Store(tmp_path).run_state("r")["finished"] == 1  # type: ignore[index]
+    assert Store(tmp_path).run_state("r").finished == 1  # type: ignore[union-attr]
 
 
 def test_a_store_that_fills_up_stops_the_calls_and_says_why(tmp_path: Path) -> None:
@@ -475,7 +476,7 @@ def test_a_store_held_locked_by_another_process_is_named_as_such(tmp_path: Path,
     # with free space": neither permissions nor space were the problem.
     import sqlite3
 
-    from pytest_orbench.core import store as store_module
+    from pytest_orbench.core import store_database as store_module
     Store(tmp_path).close()
     monkeypatch.setattr(store_module, "BUSY_SECONDS", 0.2)
     holder = sqlite3.connect(tmp_path / store_module.STORE_FILE, isolation_level=None)

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_orbench.calls.client import no_visible_text
 from pytest_orbench.core.durations import format_age
-from pytest_orbench.core.store import Store, StoreError
+from pytest_orbench.core.store import Store
+from pytest_orbench.core.store_database import StoreError
 from pytest_orbench.fetch.loop import DRAIN, RETRY_WAIT, FetchLoop, Job, Outcome, ThreadFetcher, Waiter
 from pytest_orbench.judging.judges import Judge
 from pytest_orbench.judging.llm_calls import judge_key
@@ -219,8 +220,8 @@ class Coordinator:
             return ""
         if not others:
             return ""
-        to_go = sum(o["to_go"] for o in others)
-        who = (f"another run (pid {others[0]['pid']}, started {time.time() - others[0]['started']:.0f} s ago) is"
+        to_go = sum(o.to_go for o in others)
+        who = (f"another run (pid {others[0].pid}, started {time.time() - others[0].started:.0f} s ago) is"
                if len(others) == 1 else f"{len(others)} other runs are")
         return (f"; {who} fetching into this store now ({to_go:,} replies to go): what it has not stored yet is asked "
                 "again here and paid twice; let it finish first to reuse its replies")
@@ -346,13 +347,13 @@ class Coordinator:
         if self.store is None or not self.jobs:
             return None
         state = self.store.run_state(self.run_id)
-        if state is None or state["finished"] or not state["total"]:
+        if state is None or state.finished or not state.total:
             return None
-        note = state["note"] or ""
+        note = state.note or ""
         if note and not note.startswith(RETRY_WAIT):  # provider batches: their states say more than a rate
-            return f"orbench: {note}; {state['errors']} errors so far"
-        done, total = state["done"], state["total"]
-        elapsed = max(1e-6, time.time() - state["started"])
+            return f"orbench: {note}; {state.errors} errors so far"
+        done, total = state.done, state.total
+        elapsed = max(1e-6, time.time() - state.started)
         rate = done / elapsed
         eta = f"ETA {(total - done) / rate:.0f} s" if rate > 0 else "ETA unknown"
         waiting, _, until = note.removeprefix(RETRY_WAIT).partition(" ")
@@ -360,7 +361,7 @@ class Coordinator:
             eta = (f"{waiting} {'request waits' if waiting == '1' else 'requests wait'} up to "
                    f"{float(until) - time.time():.0f} s more to be retried (the endpoint's Retry-After, or backoff)")
         return (f"orbench: {done}/{total} replies ({100 * done / total:.0f}%), {rate:.1f}/s, {eta}, "
-                f"{state['errors']} errors so far")
+                f"{state.errors} errors so far")
 
     def stopping(self) -> str | None:
         """What stopping now waits for, when the fetch is not over (an interruption, -x), else None."""
@@ -370,9 +371,9 @@ class Coordinator:
             state = self.store.run_state(self.run_id)
         except sqlite3.Error:
             return None
-        if state is None or state["finished"]:
+        if state is None or state.finished:
             return None
-        return (f"orbench: stopping the fetch at {state['done']}/{state['total']} replies: the requests in flight are "
+        return (f"orbench: stopping the fetch at {state.done}/{state.total} replies: the requests in flight are "
                 f"paid for, so they finish and are stored for the next run (waiting up to {DRAIN:g} s)")
 
     def stop(self) -> None:

@@ -22,7 +22,9 @@ from typing import Any, Protocol
 
 from pytest_orbench.calls.client import Caller, EndpointError, call_with_retries
 from pytest_orbench.core.records import NOT_REQUESTED
-from pytest_orbench.core.store import Store, unusable
+from pytest_orbench.core.store import Store
+from pytest_orbench.core.store_database import unusable
+from pytest_orbench.core.store_runs import RunState
 from pytest_orbench.judging.judges import Judge
 from pytest_orbench.judging.llm_calls import JudgeStage, judge_key, reply_text
 
@@ -386,13 +388,13 @@ class Waiter:
             if state is None and self._seen:
                 return Outcome(error="the run was stopped (interrupted) before this prompt's reply came")
             self._seen = self._seen or state is not None
-            if state is not None and state["finished"]:
+            if state is not None and state.finished:
                 # No outcome and the run is over: a reply the fetcher counted as fresh (not refetched)
                 # is in the store; anything else is an error, never a wait.
-                record = None if state["fatal"] else self.store.get(key)
+                record = None if state.fatal else self.store.get(key)
                 if record is not None:
                     return Outcome(record=record)
-                return Outcome(error=state["fatal"] or "the fetcher finished without asking for this prompt")
+                return Outcome(error=state.fatal or "the fetcher finished without asking for this prompt")
             problem = self._given_up or self._silent(state, started, first_wait)
             if problem is not None:
                 # Every later prompt would wait as long again (120 s each, a day for a run): it gets this now,
@@ -405,24 +407,24 @@ class Waiter:
             time.sleep(delay)
             delay = min(0.05, delay * 2)
 
-    def _silent(self, state: dict[str, Any] | None, started: float, first_wait: float) -> str | None:
-        if state is None or state["started_shards"] < state["shards"]:
+    def _silent(self, state: RunState | None, started: float, first_wait: float) -> str | None:
+        if state is None or state.started_shards < state.shards:
             if time.monotonic() - started > first_wait:
                 return f"no fetching process started for this run within {first_wait:g} s"
             return None
         # Silence counts from the last sight of another process holding the store's write lock, too: a fetcher
         # that waited for it needs a moment to write again once it is released.
-        silent = time.time() - max(state["heartbeat"], self._locked_at)
+        silent = time.time() - max(state.heartbeat, self._locked_at)
         if silent <= STALE_SECONDS:
             return None
         # A fetcher that cannot write is silent too: with the store locked by another process, it was taken for
         # dead after 30 s while it waited for the lock (and then stored the replies nobody waited for any more).
         if self.store.write_locked():
             self._locked_at = time.time()
-            if time.time() - state["heartbeat"] <= LOCKED_SECONDS:
+            if time.time() - state.heartbeat <= LOCKED_SECONDS:
                 return None
-            return (f"the fetching process (pid {state['pid']}) has stored nothing for {LOCKED_SECONDS:g} s while "
+            return (f"the fetching process (pid {state.pid}) has stored nothing for {LOCKED_SECONDS:g} s while "
                     f"another process holds the write lock of the response store {self.store.path}; it is taken for "
                     "dead (end the process holding it: a sqlite3 shell, a backup, another run)")
-        return (f"the fetching process (pid {state['pid']}) has said nothing for {STALE_SECONDS:g} s; "
+        return (f"the fetching process (pid {state.pid}) has said nothing for {STALE_SECONDS:g} s; "
                 "it is taken for dead")

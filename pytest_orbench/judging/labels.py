@@ -16,7 +16,8 @@ import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from pytest_orbench.core.datasets import DatasetError, csv_records, decode_utf8
+from pytest_orbench.core.datasets.custom import csv_records, decode_utf8
+from pytest_orbench.core.datasets.prompts import DatasetError
 
 HUMAN = ("compliance", "refusal", "partial_refusal")  # the words `orbench judge-eval` reads
 SPELLINGS = {

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench import BUILTIN_DATASETS
+from pytest_orbench.core.datasets.registry import BUILTINS
 from pytest_orbench.judging.registry import DEFAULT_JUDGE, names_help
 
 MAX_TRIALS = 20
@@ -54,7 +54,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("system_prompt", "str", None, "system prompt text (YAML only; or system_prompt_file)", ini=False),
     Option("system_prompt_file", "path", None, "file whose text is sent as the system message (FILE#KEY: the string at that key of a "
            "YAML / JSON / TOML file or Python module)", "--orbench-system-prompt-file"),
-    Option("datasets", "list", "hard-1k,toxic", f"comma-separated: {', '.join(BUILTIN_DATASETS)} or FILE.csv|FILE.jsonl[:answer|:refuse]", "--orbench-datasets"),
+    Option("datasets", "list", "hard-1k,toxic", f"comma-separated: {', '.join(BUILTINS)} or FILE.csv|FILE.jsonl[:answer|:refuse]", "--orbench-datasets"),
     Option("sample", "int", None, "run N prompts per dataset, stratified by category", "--orbench-sample"),
     Option("seed", "int", None, "sampling seed (default: random, printed in the header)", "--orbench-seed"),
     Option("trials", "int", 1, "ask each prompt K times (nondeterministic endpoints): a refusal share per prompt, "

@@ -28,7 +28,7 @@ from pytest_orbench.analysis.summary import (
     xfail_line,
 )
 from pytest_orbench.core import records as records_module
-from pytest_orbench.core.datasets import Dataset
+from pytest_orbench.core.datasets.prompts import Dataset
 from pytest_orbench.core.records import (
     LIVE_BASE,
     NOT_REQUESTED,

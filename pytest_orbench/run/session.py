@@ -19,16 +19,10 @@ import pytest
 from pytest_orbench.analysis.baseline import BaselineError, check_comparable, load_baseline
 from pytest_orbench.analysis.summary import header_line
 from pytest_orbench.calls.client import scrub
-from pytest_orbench.core.datasets import (
-    Dataset,
-    DatasetError,
-    Prompt,
-    check_unique_ids,
-    default_cache_dir,
-    load_dataset,
-    stratified_sample,
-    test_name,
-)
+from pytest_orbench.core.datasets.loading import load_dataset
+from pytest_orbench.core.datasets.pinned import default_cache_dir
+from pytest_orbench.core.datasets.prompts import Dataset, DatasetError, Prompt, check_unique_ids, test_name
+from pytest_orbench.core.datasets.sampling import stratified_sample
 from pytest_orbench.core.durations import format_age
 from pytest_orbench.core.endpoint import calls_go_to, kwargs_endpoint, redact_url
 from pytest_orbench.core.records import (
@@ -42,7 +36,8 @@ from pytest_orbench.core.records import (
     record_of,
     report_property,
 )
-from pytest_orbench.core.store import StoreError, response_key
+from pytest_orbench.core.store import response_key
+from pytest_orbench.core.store_database import StoreError
 from pytest_orbench.fetch.coordinator import Coordinator, Plan, Request
 from pytest_orbench.fetch.loop import Outcome
 from pytest_orbench.judging.adaptation import adapt
@@ -503,7 +498,7 @@ class OrbenchPlugin:
                             "reply": reply_text(reply), "finish_reason": reply.get("finish_reason")})
         found = store.verdict(key)
         if found is not None:
-            return Judgement(Verdict(found[0]), found[1])
+            return Judgement(Verdict(found.verdict), found.reason)
         judgement = final_judgement(self.judge, prompt, reply, judged)
         self._new_verdicts.append((key, judgement.verdict.value, judgement.reason))
         return judgement

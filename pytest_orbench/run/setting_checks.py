@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_orbench.analysis.gate import GateConfig, GateConfigError, parse_gate
-from pytest_orbench.core.datasets import BUILTINS, DatasetError, DatasetSpec, parse_spec, spec_from_mapping
+from pytest_orbench.core.datasets.prompts import DatasetError
+from pytest_orbench.core.datasets.registry import BUILTINS
+from pytest_orbench.core.datasets.specs import DatasetSpec, parse_spec, spec_from_mapping
 from pytest_orbench.core.durations import parse_age
 from pytest_orbench.core.endpoint import api_base_problem
 from pytest_orbench.core.prompt_file import split
@@ -221,7 +223,7 @@ def check_files(src: Sources, prompt_file: Path | None, labels: Path | None, dat
     run reads (the baseline, a dataset, the system prompt), would silently replace the other."""
     from pytest_orbench.analysis.baseline import replace_problem
     from pytest_orbench.core.jsonfile import output_problem
-    from pytest_orbench.core.store import store_problem
+    from pytest_orbench.core.store_database import store_problem
 
     store = src.path("store")
     assert store is not None

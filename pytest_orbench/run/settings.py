@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_orbench.analysis.gate import GateConfig
-from pytest_orbench.core.datasets import DatasetSpec
+from pytest_orbench.core.datasets.specs import DatasetSpec
 from pytest_orbench.core.endpoint import ModelSpec, public_kwargs, redact_url
 
 if TYPE_CHECKING:

@@ -144,7 +144,8 @@ def _batches(args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
     from pytest_orbench.analysis.summary import term_safe
-    from pytest_orbench.core.store import STORE_FILE, Store
+    from pytest_orbench.core.store import Store
+    from pytest_orbench.core.store_database import STORE_FILE
 
     folder = Path(args.store)
     if not (folder / STORE_FILE).is_file():
@@ -160,12 +161,12 @@ def _batches(args: argparse.Namespace) -> int:
         return 0
     print("batch  endpoint  status  requests done/total  prompts  submitted (UTC)")
     for row in rows:
-        counts = row["counts"]
-        done = f"{counts.get('completed', 0)}/{counts.get('total') or row['prompts']}"
-        when = datetime.fromtimestamp(row["created"], UTC).strftime("%Y-%m-%d %H:%M")
-        state = term_safe(row["status"], 40) + (" (collected)" if row["collected"] else "")
-        print(f"{term_safe(row['id'], 80)}  {term_safe(row['endpoint'], 120)}  {state}  {done}  {row['prompts']}  {when}")
-    open_ones = sum(not r["collected"] for r in rows)
+        counts = row.counts
+        done = f"{counts.get('completed', 0)}/{counts.get('total') or row.prompts}"
+        when = datetime.fromtimestamp(row.created, UTC).strftime("%Y-%m-%d %H:%M")
+        state = term_safe(row.status, 40) + (" (collected)" if row.collected else "")
+        print(f"{term_safe(row.id, 80)}  {term_safe(row.endpoint, 120)}  {state}  {done}  {row.prompts}  {when}")
+    open_ones = sum(not r.collected for r in rows)
     if open_ones:
         print(f"{open_ones} open: the next run with this store (and --orbench-batch) polls them instead of "
               "submitting their prompts again")
@@ -262,7 +263,7 @@ def _tradeoff(args: argparse.Namespace) -> int:
 def _judge_eval(args: argparse.Namespace) -> int:
     from pytest_orbench.calls.client import api_key_for
     from pytest_orbench.core.jsonfile import dumps, output_problem, write_atomic
-    from pytest_orbench.core.store import store_problem
+    from pytest_orbench.core.store_database import store_problem
     from pytest_orbench.judging.judges import JudgeError
     from pytest_orbench.judging.labels import LabelsError
     from pytest_orbench.judging.llm_judge import judge_model_spec
@@ -455,7 +456,7 @@ def _generate(args: argparse.Namespace) -> int:
         config = build_config(values, base)
     except (GenerateError, ValueError) as exc:
         return _fail(str(exc))
-    from pytest_orbench.core.store import store_problem
+    from pytest_orbench.core.store_database import store_problem
 
     # Like the other flag paths, --store is relative to where you are; store: in orbench.yaml to that file.
     store = Path(args.store).resolve() if args.store else base / str(values.get("store") or ".orbench")
@@ -643,7 +644,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from pytest_orbench.core.store import StoreError
+    from pytest_orbench.core.store_database import StoreError
 
     if args.command == "generate":  # every generate calls models (judge-eval: only with an LLM judge)
         problem = compromised_problem()

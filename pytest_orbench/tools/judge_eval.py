@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_orbench.calls.client import scrub
-from pytest_orbench.core.datasets import DatasetError, csv_records, decode_utf8
+from pytest_orbench.core.datasets.custom import csv_records, decode_utf8
+from pytest_orbench.core.datasets.prompts import DatasetError
 from pytest_orbench.core.stats import bootstrap_kappa_ci, cohen_kappa, paired_diff_ci, wilson
 from pytest_orbench.judging.judges import CLASSES, Judge, Judgement, Verdict
 

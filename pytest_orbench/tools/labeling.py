@@ -62,7 +62,8 @@ def candidates(results_path: Path, store_dir: Path | None) -> tuple[list[Candida
     """The run's replies with their whole text (from the store; a reply shorter than the results' 300-character
     excerpt is whole there too), the model that replied, and notes on what could not be used."""
     from pytest_orbench.core.records import ResultsError, load_results
-    from pytest_orbench.core.store import STORE_FILE, Store
+    from pytest_orbench.core.store import Store
+    from pytest_orbench.core.store_database import STORE_FILE
     from pytest_orbench.judging.keyword_judge import KeywordJudge
     from pytest_orbench.judging.llm_calls import reply_text
 

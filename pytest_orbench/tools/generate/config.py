@@ -54,7 +54,8 @@ class GenerateConfig:
 
 def read_seeds(path: Path, categories: Mapping[str, str]) -> tuple[list[Seed], dict[str, str]]:
     """The seeds of a seeds file, and a description for each category it uses that `categories` lacks."""
-    from pytest_orbench.core.datasets import DatasetError, read_rows
+    from pytest_orbench.core.datasets.custom import read_rows
+    from pytest_orbench.core.datasets.prompts import DatasetError
 
     try:
         rows = read_rows(path)

@@ -1,0 +1,1 @@
+"""Prompt datasets: the built-in registry, pinned files, custom files, sampling."""
