@@ -23,7 +23,7 @@ from pytest_orbench.judging.llm_calls import judge_key
 
 if TYPE_CHECKING:
     from pytest_orbench.fetch.child import FetchChild
-    from pytest_orbench.run.settings import Settings
+    from pytest_orbench.fetch.settings import FetchSettings
 
 # litellm costs a few ms of CPU per call: with enough prompts and cores, two fetch processes (each with
 # half the concurrency, so the session-wide limit holds) go faster than one (measured: 7.7-8.2 s vs
@@ -98,7 +98,7 @@ def _fetching(plan: Plan) -> Plan:
 
 
 class Coordinator:
-    def __init__(self, settings: Settings, judge: Judge, run_id: str, *, fetches: bool,
+    def __init__(self, settings: FetchSettings, judge: Judge, run_id: str, *, fetches: bool,
                  fresh_after: float | None = None) -> None:
         self.settings = settings
         self.judge = judge
@@ -294,7 +294,7 @@ class Coordinator:
         finally:
             store.close()
 
-    def _configs(self) -> list[Settings]:
+    def _configs(self) -> list[FetchSettings]:
         """What each Request.config means: the configuration under test, then the live base (if any)."""
         return [self.settings, *([self.settings.base] if self.settings.base is not None else [])]
 
