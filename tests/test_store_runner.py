@@ -527,7 +527,7 @@ def test_a_fetcher_that_ends_while_a_test_waits_still_delivers_what_it_committed
 def test_fetch_process_frames_roundtrip_and_end_of_input() -> None:
     import io
 
-    from pytest_orbench.fetch.child import read_frame, write_frame
+    from pytest_orbench.fetch.frame import read_frame, write_frame
 
     buffer = io.BytesIO()
     write_frame(buffer, ("work", {"text": "é" * 10}))
@@ -547,7 +547,7 @@ def test_a_fetch_child_that_dies_gives_errors_not_verdicts(tmp_path: Path) -> No
     outcome = Waiter(Store(tmp_path), "r", dead=lambda key: child.dead()).result("k1", first_wait=60)
     child.stop(10)
     assert outcome.record is None and outcome.error is not None
-    assert outcome.error.startswith("the fetch process exited with status 1") and "KeyError" in outcome.error
+    assert outcome.error.startswith("the fetch process exited with status 1") and "AttributeError" in outcome.error
 
 
 def test_sending_the_work_does_not_wait_for_the_childs_litellm_import(tmp_path: Path,

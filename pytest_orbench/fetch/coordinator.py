@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_orbench.calls.client import no_visible_text
 from pytest_orbench.core.durations import format_age
 from pytest_orbench.core.store import Store, StoreError
+from pytest_orbench.fetch.frame import FetchFrame
 from pytest_orbench.fetch.loop import DRAIN, RETRY_WAIT, FetchLoop, Job, Outcome, ThreadFetcher, Waiter
 from pytest_orbench.judging.judges import Judge
 from pytest_orbench.judging.llm_calls import judge_key
@@ -260,16 +261,16 @@ class Coordinator:
         if self.child is None:
             self.child = FetchChild()
         # The child splits the jobs and the concurrency between itself and the processes it forks.
-        self.child.start({
-            "store": s.store, "run_id": self.run_id, "retries": s.retries, "shards": self.shards,
-            "concurrency": s.concurrency,
-            "configs": [(c.endpoint_spec() if c.model else None, c.system_prompt) for c in self._configs()],
-            "max_age": s.store_max_age, "max_cost": s.max_cost, "judge": s.judge if self.judge.llm is not None else None,
-            "judge_spec": s.judge_spec if self.judge.llm is not None else None, "jobs": jobs,
+        self.child.start(FetchFrame(
+            store=s.store, run_id=self.run_id, retries=s.retries, shards=self.shards,
+            concurrency=s.concurrency,
+            configs=[(c.endpoint_spec() if c.model else None, c.system_prompt) for c in self._configs()],
+            max_age=s.store_max_age, max_cost=s.max_cost, judge=s.judge if self.judge.llm is not None else None,
+            judge_spec=s.judge_spec if self.judge.llm is not None else None, jobs=jobs,
             # hybrid's keyword model, when judge_labels adapted it: the fetch process sends the same replies to the LLM
-            "keyword_model": getattr(getattr(self.judge, "keyword", None), "model", None) if self.judge.llm else None,
-            "batch": s.batch,
-        })
+            keyword_model=getattr(getattr(self.judge, "keyword", None), "model", None) if self.judge.llm else None,
+            batch=s.batch,
+        ))
         shards = self.shards
         self.child.watch(lambda why: self._child_died(why, jobs, shards))
 
