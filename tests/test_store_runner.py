@@ -11,7 +11,8 @@ import pytest
 from pytest_orbench.calls.client import EndpointError, Reply, backoff, call_with_retries, scrub
 from pytest_orbench.core.endpoint import ModelSpec
 from pytest_orbench.core.store import Store, StoreError, response_key
-from pytest_orbench.fetch.loop import FetchLoop, Job, Waiter
+from pytest_orbench.fetch.loop import FetchLoop, Job
+from pytest_orbench.fetch.wait import Waiter
 
 
 def test_key_depends_on_every_field_and_not_on_order() -> None:

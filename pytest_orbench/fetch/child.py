@@ -8,7 +8,7 @@ configure when nothing can deselect one, otherwise after collection) the parent 
 what to fetch (a FetchFrame: store folder, run id, the endpoints' ModelSpecs, jobs, ...), or ("exit",)
 when nothing needs a call; the child reads it on a thread while litellm imports, so the parent's write
 never waits for the import. The child runs the FetchLoop, which commits replies and outcomes to the
-store; tests read them there (fetcher.Waiter).
+store; tests read them there (fetch.wait.Waiter).
 
 A large run is split between the child and copies of it forked once the work arrives (litellm
 imported once, before any thread exists): each takes every n-th prompt text (shard_jobs) and its part

@@ -3,7 +3,7 @@
 One process fetches for the whole session: the xdist controller, or the only pytest process. It
 starts the fetch child as soon as a call may be needed (at pytest_configure, while pytest collects)
 and hands it every selected prompt after collection. Every process, xdist workers included, takes
-stored replies from the store and waits there (fetcher.Waiter) for the rest.
+stored replies from the store and waits there (fetch.wait.Waiter) for the rest.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from pytest_orbench.calls.client import no_visible_text
 from pytest_orbench.core.durations import format_age
 from pytest_orbench.core.store import Store, StoreError
 from pytest_orbench.fetch.frame import FetchFrame
-from pytest_orbench.fetch.loop import DRAIN, RETRY_WAIT, FetchLoop, Job, Outcome, ThreadFetcher, Waiter
+from pytest_orbench.fetch.loop import DRAIN, RETRY_WAIT, FetchLoop, Job, Outcome
+from pytest_orbench.fetch.thread import ThreadFetcher
+from pytest_orbench.fetch.wait import Waiter
 from pytest_orbench.judging.judges import Judge
 from pytest_orbench.judging.llm_calls import judge_key
 
