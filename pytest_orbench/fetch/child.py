@@ -277,12 +277,13 @@ def _run_shard(work: FetchFrame, shard: int, shards: int, wait_for_stop: Any,
     max_cost = None if work.max_cost is None else work.max_cost / shards
     batcher = None
     if work.batch is not None:  # --orbench-batch (always one fetch process)
-        from pytest_orbench.fetch.batch import BatchPhase, Endpoint
+        from pytest_orbench.fetch.batch.provider import BatchProvider, provider_for
+        from pytest_orbench.fetch.batch.runner import BatchPhase
 
-        endpoints = []
+        endpoints: list[BatchProvider] = []
         for spec, system_prompt in configs:
             assert spec is not None  # a model: --orbench-batch refuses a target
-            endpoints.append(Endpoint(spec, system_prompt, work.retries))
+            endpoints.append(provider_for(spec, system_prompt, work.retries))
         batcher = BatchPhase(store, endpoints, work.batch, work.retries, max_cost, work.max_age)
     loop = FetchLoop(store, lambda config: make_caller(configs[config][1], spec=configs[config][0]),
                      run_id=work.run_id,

@@ -10,7 +10,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pytest_orbench.core.endpoint import ModelSpec
-    from pytest_orbench.fetch.batch import BatchSettings
+    from pytest_orbench.fetch.batch.runner import BatchSettings
     from pytest_orbench.fetch.loop import Job
     from pytest_orbench.judging.keyword_weights import RefusalModel
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from pytest_orbench.core.endpoint import ModelSpec
-    from pytest_orbench.fetch.batch import BatchSettings
+    from pytest_orbench.fetch.batch.runner import BatchSettings
 
 
 class FetchSettings(Protocol):

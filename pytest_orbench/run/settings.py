@@ -43,7 +43,7 @@ from pytest_orbench.core.prompt_file import PromptFileError, extract, split
 from pytest_orbench.run.options import BY_KEY, MAX_TRIALS, MIN_MARKDOWN_CHARS, OPTIONS, RANGES, Option
 
 if TYPE_CHECKING:
-    from pytest_orbench.fetch.batch import BatchSettings
+    from pytest_orbench.fetch.batch.runner import BatchSettings
 
 
 @dataclass(frozen=True)
@@ -613,13 +613,13 @@ def _batch(values: dict[str, Any]) -> BatchSettings | None:
         raise _fail(f"--orbench-batch-wait {values['batch_wait']!r}: give how long to wait (24h, 2h, 30m); a run "
                     "that stops waiting is resumed by the next one")
     _check_batch_model(values["model"], "model")
-    from pytest_orbench.fetch.batch import BatchSettings
+    from pytest_orbench.fetch.batch.runner import BatchSettings
 
     return BatchSettings(poll=float(values["batch_poll"]), wait=wait, max_requests=int(values["batch_max_requests"]))
 
 
 def _check_batch_model(model: str, what: str) -> None:
-    from pytest_orbench.fetch.batch import batch_problem
+    from pytest_orbench.fetch.batch.provider import batch_problem
 
     problem = batch_problem(model)
     if problem is not None:
