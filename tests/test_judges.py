@@ -359,7 +359,8 @@ class _SlowJudgeModel:
     async def complete(self, messages: list[dict[str, str]]) -> object:
         import asyncio
 
-        from pytest_orbench.calls.client import EndpointError, Reply
+        from pytest_orbench.calls.errors import EndpointError
+        from pytest_orbench.calls.reply import Reply
 
         self.asked.append(messages[0]["content"])
         await asyncio.sleep(0.05)
@@ -377,7 +378,7 @@ def test_the_same_judge_question_asked_at_once_is_one_call(tmp_path: Path, fail:
     # same question at the same moment: one call is made and paid for; the others share its answer or error.
     import asyncio
 
-    from pytest_orbench.calls.client import EndpointError
+    from pytest_orbench.calls.errors import EndpointError
     from pytest_orbench.core.store import Store
     from pytest_orbench.judging.llm_calls import JudgeStage
 

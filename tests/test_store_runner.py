@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_orbench.calls.client import EndpointError, Reply, backoff, call_with_retries, scrub
+from pytest_orbench.calls.client import backoff, call_with_retries
+from pytest_orbench.calls.errors import EndpointError
+from pytest_orbench.calls.reply import Reply
+from pytest_orbench.calls.scrubbing import scrub
 from pytest_orbench.core.endpoint import ModelSpec
 from pytest_orbench.core.store import Store, StoreError, response_key
 from pytest_orbench.fetch.loop import FetchLoop, Job
@@ -131,7 +134,7 @@ def test_the_deadline_on_a_litellm_call_is_named_whatever_the_call_was_doing(mon
     # (not 'connection refused', which would stop every call as an unreachable endpoint).
     import types
 
-    import pytest_orbench.calls.client as client
+    import pytest_orbench.calls.litellm_api as litellm_api
 
     class ContentPolicyViolationError(Exception):
         pass
@@ -142,9 +145,9 @@ def test_the_deadline_on_a_litellm_call_is_named_whatever_the_call_was_doing(mon
         except ConnectionRefusedError:
             await asyncio.sleep(5)  # cancelled here: the CancelledError's context is the refusal
 
-    monkeypatch.setattr(client, "_litellm", types.SimpleNamespace(
+    monkeypatch.setattr(litellm_api, "_litellm", types.SimpleNamespace(
         acompletion=hang, ContentPolicyViolationError=ContentPolicyViolationError))
-    caller = client.LiteLLMCaller(ModelSpec("openai/m", api_base="http://127.0.0.1:9/v1", timeout=0.05))
+    caller = litellm_api.LiteLLMCaller(ModelSpec("openai/m", api_base="http://127.0.0.1:9/v1", timeout=0.05))
     started = time.monotonic()
     with pytest.raises(EndpointError) as caught:
         asyncio.run(caller("hi"))
@@ -615,7 +618,7 @@ def test_an_http_api_base_on_a_server_that_speaks_no_http_says_so(first_bytes: b
     import socket
     import threading
 
-    from pytest_orbench.calls.client import LiteLLMCaller
+    from pytest_orbench.calls.litellm_api import LiteLLMCaller
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     server = socket.create_server(("127.0.0.1", 0))

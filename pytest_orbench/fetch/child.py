@@ -198,7 +198,7 @@ def _child() -> int:
     # thousand objects that live as long as the process: with the collector off meanwhile the import
     # takes ~30% less CPU, and frozen afterwards they are never scanned again by the collections the
     # calls trigger (and forked copies do not touch their pages).
-    from pytest_orbench.calls.client import _import_litellm, quiet_litellm, warm_up_litellm
+    from pytest_orbench.calls.litellm_api import _import_litellm, quiet_litellm, warm_up_litellm
 
     gc.disable()
     try:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pytest_orbench.calls.client import no_visible_text
+from pytest_orbench.calls.reply import no_visible_text
 from pytest_orbench.core.durations import format_age
 from pytest_orbench.core.store import Store, StoreError
 from pytest_orbench.fetch.frame import FetchFrame

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from pytest_orbench.calls.client import Caller, EndpointError, call_with_retries
+from pytest_orbench.calls.client import Caller, call_with_retries
+from pytest_orbench.calls.errors import EndpointError
 from pytest_orbench.core.records import NOT_REQUESTED
 from pytest_orbench.core.store import Store, unusable
 from pytest_orbench.judging.judges import Judge

@@ -59,7 +59,7 @@ class Part:
 
 
 def count_tokens(model: str, messages: list[dict[str, str]]) -> int:
-    from pytest_orbench.calls.client import _import_litellm
+    from pytest_orbench.calls.litellm_api import _import_litellm
 
     return int(_import_litellm().token_counter(model=model, messages=messages))
 

@@ -18,7 +18,7 @@ import pytest
 
 from pytest_orbench.analysis.baseline import BaselineError, check_comparable, load_baseline
 from pytest_orbench.analysis.summary import header_line
-from pytest_orbench.calls.client import scrub
+from pytest_orbench.calls.scrubbing import scrub
 from pytest_orbench.core.datasets import (
     Dataset,
     DatasetError,

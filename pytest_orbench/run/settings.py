@@ -275,7 +275,7 @@ def _datasets(value: Any, base: Path) -> tuple[DatasetSpec, ...]:
 
 def _api_key_for(model: str, api_base: str | None, api_key_env: str | None, **kwargs: str) -> str | None:
     """client.api_key_for, imported when a run is built: a disabled plugin never imports the client."""
-    from pytest_orbench.calls.client import api_key_for
+    from pytest_orbench.calls.litellm_api import api_key_for
 
     return api_key_for(model, api_base, api_key_env, **kwargs)
 
@@ -540,7 +540,7 @@ def build_settings(config: pytest.Config) -> Settings:
 def _remember_secrets(settings: Settings, base: Settings | None) -> None:
     """Every secret value of the run, for client.scrub to hide wherever it turns up (a custom judge's exception,
     a target's, an echoed error), read from whichever variable it came from."""
-    from pytest_orbench.calls.client import remember_secrets
+    from pytest_orbench.calls.scrubbing import remember_secrets
 
     for s in (settings, base):
         if s is None:

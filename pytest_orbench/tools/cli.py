@@ -260,7 +260,7 @@ def _tradeoff(args: argparse.Namespace) -> int:
 
 
 def _judge_eval(args: argparse.Namespace) -> int:
-    from pytest_orbench.calls.client import api_key_for
+    from pytest_orbench.calls.litellm_api import api_key_for
     from pytest_orbench.core.jsonfile import dumps, output_problem, write_atomic
     from pytest_orbench.core.store import store_problem
     from pytest_orbench.judging.judges import ADAPTABLE_JUDGES, JudgeError, judge_model_spec, make_judge

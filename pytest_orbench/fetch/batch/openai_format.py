@@ -8,20 +8,12 @@ import json
 from functools import cached_property
 from typing import Any
 
-from pytest_orbench.calls.client import (
-    RETRY_STATUSES,
-    EndpointError,
-    Reply,
-    _chain,
-    _import_litellm,
-    call_with_retries,
-    describe_failure,
-    hide,
-    no_visible_text,
-    scrub,
-    secrets_of,
-)
+from pytest_orbench.calls.client import call_with_retries
+from pytest_orbench.calls.errors import RETRY_STATUSES, EndpointError, _chain, describe_failure
+from pytest_orbench.calls.litellm_api import _import_litellm
 from pytest_orbench.calls.prices import Price, price_of
+from pytest_orbench.calls.reply import Reply, no_visible_text
+from pytest_orbench.calls.scrubbing import hide, scrub, secrets_of
 from pytest_orbench.core.endpoint import ModelSpec, provider_of, redact_url
 
 # Providers whose batches litellm submits in OpenAI's JSONL format (Vertex AI, Bedrock and Anthropic
@@ -41,7 +33,7 @@ CONTENT_FILTER = ("content_filter", "content_policy_violation")
 
 
 class NoVisibleText(ValueError):
-    """A reply that stopped at max_tokens before any text (calls.client.no_visible_text)."""
+    """A reply that stopped at max_tokens before any text (calls.reply.no_visible_text)."""
 
 
 class OpenAIFormat:

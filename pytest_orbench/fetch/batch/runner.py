@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pytest_orbench.calls.client import EndpointError
+from pytest_orbench.calls.errors import EndpointError
 from pytest_orbench.core.records import NOT_REQUESTED
 from pytest_orbench.fetch.batch.openai_format import MAX_REQUESTS
 
