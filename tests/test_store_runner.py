@@ -197,7 +197,7 @@ def run_loop(store: Store, caller: object, jobs: list[Job], **kwargs: object) ->
 
 
 def test_a_stored_reply_cut_at_max_tokens_before_any_text_is_asked_again(tmp_path: Path) -> None:
-    from pytest_orbench.fetch.coordinator import Request, make_plan
+    from pytest_orbench.fetch.plan import Request, make_plan
     from pytest_orbench.judging.judges import make_judge
 
     # Stored by a version that judged it "empty" (a refusal); asked again, it becomes the error it is.

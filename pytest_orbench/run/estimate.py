@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_orbench.calls.prices import Price, price_of
 
 if TYPE_CHECKING:
-    from pytest_orbench.fetch.coordinator import Plan
+    from pytest_orbench.fetch.plan import Plan
     from pytest_orbench.judging.judges import Judge
     from pytest_orbench.run.settings import Settings
 

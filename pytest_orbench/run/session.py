@@ -43,8 +43,9 @@ from pytest_orbench.core.records import (
     report_property,
 )
 from pytest_orbench.core.store import StoreError, response_key
-from pytest_orbench.fetch.coordinator import Coordinator, Plan, Request
+from pytest_orbench.fetch.coordinator import Coordinator
 from pytest_orbench.fetch.loop import Outcome
+from pytest_orbench.fetch.plan import Plan, Request
 from pytest_orbench.judging.adaptation import adapt
 from pytest_orbench.judging.judges import ADAPTABLE_JUDGES, Judgement, Verdict, make_judge
 from pytest_orbench.judging.keyword_weights import load_model
