@@ -31,7 +31,6 @@ CALL_PARAMS = ("api_version", "organization", "extra_headers")  # litellm_kwargs
 CONTENT_FILTER = ("content_filter", "content_policy_violation")
 
 
-
 class NoVisibleText(ValueError):
     """A reply that stopped at max_tokens before any text (calls.reply.no_visible_text)."""
 
