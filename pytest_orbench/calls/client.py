@@ -1,4 +1,4 @@
-"""Endpoint calls: the caller of a configuration (a model through litellm_api, or a `target:` callable), and retries with backoff."""
+"""Endpoint calls: a configuration's caller (a model through litellm_api, or a `target:` callable), retried with backoff."""
 
 from __future__ import annotations
 

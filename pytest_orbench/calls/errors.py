@@ -1,4 +1,4 @@
-"""What went wrong in a call: EndpointError, and describe_failure, which reads an exception chain for what really happened."""
+"""What went wrong in a call: EndpointError, and describe_failure, which reads what happened from an exception chain."""
 
 from __future__ import annotations
 
