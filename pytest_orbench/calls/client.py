@@ -1,4 +1,4 @@
-"""Endpoint calls: a configuration's caller (a model through litellm_api, or a `target:` callable), retried with backoff."""
+"""Endpoint calls: a configuration's caller (a litellm model or a `target:` callable), retried with backoff."""
 
 from __future__ import annotations
 
