@@ -15,7 +15,7 @@ from action.comment import build_body, notice_summary, provenance, upsert
 from action.github import GitHub, GitHubError
 from action.settings import RUN_ERROR, RUN_STDERR, ActionSettings, ActionSettingsError, from_env
 from pytest_orbench.analysis.gate import BLOCKING
-from pytest_orbench.calls.client import scrub
+from pytest_orbench.calls.scrubbing import scrub
 from pytest_orbench.core.datasets.registry import of_role
 from pytest_orbench.core.prompt_file import split
 from pytest_orbench.core.records import ResultsDocument, ResultsError, load_results

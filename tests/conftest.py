@@ -22,7 +22,7 @@ try:
 except ImportError:  # pragma: no cover - litellm without the backport
     pass
 
-from pytest_orbench.calls.client import _import_litellm
+from pytest_orbench.calls.litellm_api import _import_litellm
 
 # pytester also deletes modules first imported during an in-process run. A real pytest process
 # imports litellm once; importing it here keeps it that way across the many in-process runs

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench.calls.client import EndpointError, Reply
+from pytest_orbench.calls.errors import EndpointError
+from pytest_orbench.calls.reply import Reply
 from pytest_orbench.core.endpoint import ModelSpec
 from pytest_orbench.core.store import Store
 from pytest_orbench.tools.cli import main

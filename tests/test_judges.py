@@ -351,7 +351,8 @@ class _SlowJudgeModel:
     async def complete(self, messages: list[dict[str, str]]) -> object:
         import asyncio
 
-        from pytest_orbench.calls.client import EndpointError, Reply
+        from pytest_orbench.calls.errors import EndpointError
+        from pytest_orbench.calls.reply import Reply
 
         self.asked.append(messages[0]["content"])
         await asyncio.sleep(0.05)
@@ -369,7 +370,7 @@ def test_the_same_judge_question_asked_at_once_is_one_call(tmp_path: Path, fail:
     # same question at the same moment: one call is made and paid for; the others share its answer or error.
     import asyncio
 
-    from pytest_orbench.calls.client import EndpointError
+    from pytest_orbench.calls.errors import EndpointError
     from pytest_orbench.core.store import Store
     from pytest_orbench.judging.llm_calls import JudgeStage
 
@@ -398,11 +399,15 @@ def test_the_same_judge_question_asked_at_once_is_one_call(tmp_path: Path, fail:
 def test_fetch_processes_split_the_jobs_by_prompt_text() -> None:
     # Interleaved by prompt: a prompt's trials (and its live base's replies) stay in one fetch process,
     # where replies that came back alike are judged by one call.
+    from pathlib import Path
+
     from pytest_orbench.fetch.child import _share
+    from pytest_orbench.fetch.frame import FetchFrame
     from pytest_orbench.fetch.loop import Job
 
     jobs = [Job(f"k{p}-{t}", f"prompt {p}", 3 * p + t) for p in range(5) for t in range(3)]
-    work = {"jobs": jobs, "concurrency": 8}
+    work = FetchFrame(store=Path("unused"), run_id="r", retries=0, shards=2, concurrency=8, configs=[], max_age=None,
+                      max_cost=None, judge=None, judge_spec=None, jobs=jobs, keyword_model=None, batch=None)
     shares = [_share(work, shard, 2) for shard in range(2)]
     assert sorted(j.key for share, _ in shares for j in share) == sorted(j.key for j in jobs)
     assert [{j.prompt for j in share} for share, _ in shares] == [{"prompt 0", "prompt 2", "prompt 4"},

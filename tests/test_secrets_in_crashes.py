@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench.calls.client import describe_failure
+from pytest_orbench.calls.errors import describe_failure
 from pytest_orbench.core.endpoint import ModelSpec
 from pytest_orbench.run.settings import Settings
 from tests.conftest import stats

@@ -24,7 +24,7 @@ def test_disabled_plugin_collects_nothing_and_imports_nothing(pytester: pytest.P
     code = (
         "import sys, pytest\n"
         "ret = pytest.main(['-q', '-p', 'no:cacheprovider'])\n"
-        "heavy = [m for m in ('litellm', 'pytest_orbench.calls.client', 'pytest_orbench.runner', 'scipy', 'yaml',\n"
+        "heavy = [m for m in ('litellm', 'pytest_orbench.calls.client', 'pytest_orbench.calls.litellm_api', 'pytest_orbench.runner', 'scipy', 'yaml',\n"
         "                     'pytest_orbench.run.settings', 'pytest_orbench.analysis.gate', 'pytest_orbench.analysis.baseline') if m in sys.modules]\n"
         "print('HEAVY', heavy)\n"
         "sys.exit(ret)\n"

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench.calls.client import LiteLLMCaller, _import_litellm
+from pytest_orbench.calls.litellm_api import LiteLLMCaller, _import_litellm
 from pytest_orbench.core.endpoint import ModelSpec
 from pytest_orbench.tools.simulator.server import MockServer
 from tests.conftest import stats

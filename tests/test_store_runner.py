@@ -8,11 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from pytest_orbench.calls.client import EndpointError, Reply, backoff, call_with_retries, scrub
+from pytest_orbench.calls.client import backoff, call_with_retries
+from pytest_orbench.calls.errors import EndpointError
+from pytest_orbench.calls.reply import Reply
+from pytest_orbench.calls.scrubbing import scrub
 from pytest_orbench.core.endpoint import ModelSpec
 from pytest_orbench.core.store import Store, response_key
 from pytest_orbench.core.store_database import StoreError
-from pytest_orbench.fetch.loop import FetchLoop, Job, Waiter
+from pytest_orbench.fetch.loop import FetchLoop, Job
+from pytest_orbench.fetch.wait import Waiter
 
 
 def test_key_depends_on_every_field_and_not_on_order() -> None:
@@ -131,7 +135,7 @@ def test_the_deadline_on_a_litellm_call_is_named_whatever_the_call_was_doing(mon
     # (not 'connection refused', which would stop every call as an unreachable endpoint).
     import types
 
-    import pytest_orbench.calls.client as client
+    import pytest_orbench.calls.litellm_api as litellm_api
 
     class ContentPolicyViolationError(Exception):
         pass
@@ -142,9 +146,9 @@ def test_the_deadline_on_a_litellm_call_is_named_whatever_the_call_was_doing(mon
         except ConnectionRefusedError:
             await asyncio.sleep(5)  # cancelled here: the CancelledError's context is the refusal
 
-    monkeypatch.setattr(client, "_litellm", types.SimpleNamespace(
+    monkeypatch.setattr(litellm_api, "_litellm", types.SimpleNamespace(
         acompletion=hang, ContentPolicyViolationError=ContentPolicyViolationError))
-    caller = client.LiteLLMCaller(ModelSpec("openai/m", api_base="http://127.0.0.1:9/v1", timeout=0.05))
+    caller = litellm_api.LiteLLMCaller(ModelSpec("openai/m", api_base="http://127.0.0.1:9/v1", timeout=0.05))
     started = time.monotonic()
     with pytest.raises(EndpointError) as caught:
         asyncio.run(caller("hi"))
@@ -194,7 +198,7 @@ def run_loop(store: Store, caller: object, jobs: list[Job], **kwargs: object) ->
 
 
 def test_a_stored_reply_cut_at_max_tokens_before_any_text_is_asked_again(tmp_path: Path) -> None:
-    from pytest_orbench.fetch.coordinator import Request, make_plan
+    from pytest_orbench.fetch.plan import Request, make_plan
     from pytest_orbench.judging.registry import make_judge
 
     # Stored by a version that judged it "empty" (a refusal); asked again, it becomes the error it is.
@@ -528,7 +532,7 @@ def test_a_fetcher_that_ends_while_a_test_waits_still_delivers_what_it_committed
 def test_fetch_process_frames_roundtrip_and_end_of_input() -> None:
     import io
 
-    from pytest_orbench.fetch.child import read_frame, write_frame
+    from pytest_orbench.fetch.frame import read_frame, write_frame
 
     buffer = io.BytesIO()
     write_frame(buffer, ("work", {"text": "é" * 10}))
@@ -548,7 +552,7 @@ def test_a_fetch_child_that_dies_gives_errors_not_verdicts(tmp_path: Path) -> No
     outcome = Waiter(Store(tmp_path), "r", dead=lambda key: child.dead()).result("k1", first_wait=60)
     child.stop(10)
     assert outcome.record is None and outcome.error is not None
-    assert outcome.error.startswith("the fetch process exited with status 1") and "KeyError" in outcome.error
+    assert outcome.error.startswith("the fetch process exited with status 1") and "AttributeError" in outcome.error
 
 
 def test_sending_the_work_does_not_wait_for_the_childs_litellm_import(tmp_path: Path,
@@ -615,7 +619,7 @@ def test_an_http_api_base_on_a_server_that_speaks_no_http_says_so(first_bytes: b
     import socket
     import threading
 
-    from pytest_orbench.calls.client import LiteLLMCaller
+    from pytest_orbench.calls.litellm_api import LiteLLMCaller
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     server = socket.create_server(("127.0.0.1", 0))

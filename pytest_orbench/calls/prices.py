@@ -35,7 +35,7 @@ def price_of(model: str, litellm_kwargs: Mapping[str, Any]) -> Price | None:
     if isinstance(custom_in, (int, float)) and isinstance(custom_out, (int, float)):
         batch_in, batch_out = (litellm_kwargs.get(f"{k}_cost_per_token_batches") for k in ("input", "output"))
         return Price(float(custom_in), float(custom_out), _number(batch_in), _number(batch_out), "litellm_kwargs")
-    from pytest_orbench.calls.client import _import_litellm
+    from pytest_orbench.calls.litellm_api import _import_litellm
 
     litellm = _import_litellm()
     try:

@@ -5,10 +5,10 @@ The parent (FetchChild) starts `python -m pytest_orbench.fetch.child` as soon as
 needed (at pytest_configure, while pytest collects); the child imports litellm first, and what
 litellm's first call would import, and nothing of pytest or yaml. Once the prompts are known (at
 configure when nothing can deselect one, otherwise after collection) the parent sends one frame with
-what to fetch (a plain dict: store folder, run id, the endpoint's ModelSpec, jobs, ...), or ("exit",)
+what to fetch (a FetchFrame: store folder, run id, the endpoints' ModelSpecs, jobs, ...), or ("exit",)
 when nothing needs a call; the child reads it on a thread while litellm imports, so the parent's write
 never waits for the import. The child runs the FetchLoop, which commits replies and outcomes to the
-store; tests read them there (fetcher.Waiter).
+store; tests read them there (fetch.wait.Waiter).
 
 A large run is split between the child and copies of it forked once the work arrives (litellm
 imported once, before any thread exists): each takes every n-th prompt text (shard_jobs) and its part
@@ -27,36 +27,14 @@ import gc
 import os
 import pickle
 import re
-import struct
 import subprocess
 import sys
 import tempfile
 import threading
 from collections.abc import Callable
-from typing import IO, Any
+from typing import Any
 
-_HEADER = struct.Struct("!I")
-
-
-def write_frame(stream: IO[bytes], message: Any) -> None:
-    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_HEADER.pack(len(data)) + data)
-    stream.flush()
-
-
-def read_frame(stream: IO[bytes]) -> Any:
-    """The next message, or None at end of input."""
-    data = _read_raw(stream)
-    return None if data is None else pickle.loads(data)
-
-
-def _read_raw(stream: IO[bytes]) -> bytes | None:
-    header = stream.read(_HEADER.size)
-    if len(header) < _HEADER.size:
-        return None
-    (size,) = _HEADER.unpack(header)
-    data = stream.read(size)
-    return data if len(data) == size else None
+from pytest_orbench.fetch.frame import FetchFrame, read_frame, read_raw, write_frame
 
 
 class FetchChild:
@@ -99,7 +77,7 @@ class FetchChild:
         except (BrokenPipeError, OSError):
             return False
 
-    def start(self, work: dict[str, Any]) -> None:
+    def start(self, work: FetchFrame) -> None:
         if self._proc is None:
             self.spawn()
         self._sent = self._send(work)
@@ -214,13 +192,13 @@ def _child() -> int:
     # there: unpickling imports modules, which stays on this thread.
     source = sys.stdin.buffer
     received: list[bytes | None] = []
-    reader = threading.Thread(target=lambda: received.append(_read_raw(source)), name="orbench-work", daemon=True)
+    reader = threading.Thread(target=lambda: received.append(read_raw(source)), name="orbench-work", daemon=True)
     reader.start()
     # litellm first: its import (~2 s of CPU) runs while the parent collects. It builds a few hundred
     # thousand objects that live as long as the process: with the collector off meanwhile the import
     # takes ~30% less CPU, and frozen afterwards they are never scanned again by the collections the
     # calls trigger (and forked copies do not touch their pages).
-    from pytest_orbench.calls.client import _import_litellm, quiet_litellm, warm_up_litellm
+    from pytest_orbench.calls.litellm_api import _import_litellm, quiet_litellm, warm_up_litellm
 
     gc.disable()
     try:
@@ -232,9 +210,9 @@ def _child() -> int:
         gc.enable()
     reader.join()  # ends with the frame or at end of input (the parent died); no thread is left to fork with
     work = pickle.loads(received[0]) if received and received[0] is not None else None
-    if not isinstance(work, dict):  # ("exit",); ("stop",) before any work (Ctrl-C while pytest collects); no parent
+    if work is None or isinstance(work, tuple):  # ("exit",); ("stop",) before any work (Ctrl-C while pytest collects); no parent
         os._exit(0)
-    shards = int(work.get("shards", 1))
+    shards = work.shards
     if shards < 2:
         return _run_shard(work, 0, 1, lambda: read_frame(source))
     # More fetch processes: fork them now, with litellm imported once (copy-on-write) and before any
@@ -272,13 +250,13 @@ def shard_jobs(jobs: list[Any], shard: int, shards: int) -> list[Any]:
     return [job for n, same in enumerate(by_text.values()) if n % shards == shard for job in same]
 
 
-def _share(work: dict[str, Any], shard: int, shards: int) -> tuple[list[Any], int]:
+def _share(work: FetchFrame, shard: int, shards: int) -> tuple[list[Any], int]:
     """This shard's jobs (shard_jobs) and its part of the concurrency."""
-    concurrency = int(work["concurrency"])
-    return shard_jobs(work["jobs"], shard, shards), concurrency // shards + (1 if shard < concurrency % shards else 0)
+    concurrency = work.concurrency
+    return shard_jobs(work.jobs, shard, shards), concurrency // shards + (1 if shard < concurrency % shards else 0)
 
 
-def _run_shard(work: dict[str, Any], shard: int, shards: int, wait_for_stop: Any,
+def _run_shard(work: FetchFrame, shard: int, shards: int, wait_for_stop: Any,
                others: list[threading.Thread] | None = None) -> int:
     import asyncio
 
@@ -289,21 +267,27 @@ def _run_shard(work: dict[str, Any], shard: int, shards: int, wait_for_stop: Any
     from pytest_orbench.judging.registry import make_judge
 
     jobs, concurrency = _share(work, shard, shards)
-    store = Store(work["store"])
-    judge = (make_judge(work["judge"], work["judge_spec"], work.get("keyword_model"))
-             if work["judge_spec"] is not None else None)
-    stage = judge_stage(judge, store, work["retries"], work["max_age"]) if judge is not None else None
-    configs = work["configs"]
-    max_cost = None if work["max_cost"] is None else work["max_cost"] / shards
+    store = Store(work.store)
+    judge = None
+    if work.judge_spec is not None:
+        assert work.judge is not None  # sent together
+        judge = make_judge(work.judge, work.judge_spec, work.keyword_model)
+    stage = judge_stage(judge, store, work.retries, work.max_age) if judge is not None else None
+    configs = work.configs
+    max_cost = None if work.max_cost is None else work.max_cost / shards
     batcher = None
-    if work.get("batch") is not None:  # --orbench-batch (always one fetch process)
-        from pytest_orbench.fetch.batch import BatchPhase, Endpoint
+    if work.batch is not None:  # --orbench-batch (always one fetch process)
+        from pytest_orbench.fetch.batch.provider import BatchProvider, provider_for
+        from pytest_orbench.fetch.batch.runner import BatchPhase
 
-        batcher = BatchPhase(store, [Endpoint(spec, system_prompt, work["retries"]) for spec, system_prompt in configs],
-                             work["batch"], work["retries"], max_cost, work["max_age"])
+        endpoints: list[BatchProvider] = []
+        for spec, system_prompt in configs:
+            assert spec is not None  # a model: --orbench-batch refuses a target
+            endpoints.append(provider_for(spec, system_prompt, work.retries))
+        batcher = BatchPhase(store, endpoints, work.batch, work.retries, max_cost, work.max_age)
     loop = FetchLoop(store, lambda config: make_caller(configs[config][1], spec=configs[config][0]),
-                     run_id=work["run_id"],
-                     concurrency=concurrency, retries=work["retries"], judge=judge, judge_stage=stage,
+                     run_id=work.run_id,
+                     concurrency=concurrency, retries=work.retries, judge=judge, judge_stage=stage,
                      shard=shard, shards=shards, max_cost=max_cost, batcher=batcher)
 
     async def main() -> None:
@@ -330,7 +314,7 @@ def _run_shard(work: dict[str, Any], shard: int, shards: int, wait_for_stop: Any
     os._exit(0)  # every outcome is committed: skip the interpreter's (and litellm's) teardown
 
 
-def _watch(pid: int, shard: int, work: dict[str, Any]) -> None:
+def _watch(pid: int, shard: int, work: FetchFrame) -> None:
     """A forked fetch process that dies before it is done: its prompts without an outcome become errors
     saying so, at once (the tests waiting for them end), and its part of the run is finished."""
     from pytest_orbench.core.store import Store
@@ -339,11 +323,11 @@ def _watch(pid: int, shard: int, work: dict[str, Any]) -> None:
     code = os.waitstatus_to_exitcode(status)
     if code == 0:
         return
-    reason = f"fetch process {pid} (shard {shard + 1} of {work['shards']}) {_how(code)} before asking for this prompt"
-    store = Store(work["store"])
+    reason = f"fetch process {pid} (shard {shard + 1} of {work.shards}) {_how(code)} before asking for this prompt"
+    store = Store(work.store)
     try:
-        jobs, _ = _share(work, shard, int(work["shards"]))
-        store.fail_shard(work["run_id"], shard, int(work["shards"]), [job.key for job in jobs], reason)
+        jobs, _ = _share(work, shard, work.shards)
+        store.fail_shard(work.run_id, shard, work.shards, [job.key for job in jobs], reason)
     finally:
         store.close()
 

@@ -3,7 +3,7 @@
 One process fetches for the whole session: the xdist controller, or the only pytest process. It
 starts the fetch child as soon as a call may be needed (at pytest_configure, while pytest collects)
 and hands it every selected prompt after collection. Every process, xdist workers included, takes
-stored replies from the store and waits there (fetcher.Waiter) for the rest.
+stored replies from the store and waits there (fetch.wait.Waiter) for the rest.
 """
 
 from __future__ import annotations
@@ -11,20 +11,22 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pytest_orbench.calls.client import no_visible_text
 from pytest_orbench.core.durations import format_age
 from pytest_orbench.core.store import Store
 from pytest_orbench.core.store_database import StoreError
-from pytest_orbench.fetch.loop import DRAIN, RETRY_WAIT, FetchLoop, Job, Outcome, ThreadFetcher, Waiter
+from pytest_orbench.fetch.frame import FetchFrame
+from pytest_orbench.fetch.loop import DRAIN, RETRY_WAIT, FetchLoop, Job, Outcome
+from pytest_orbench.fetch.plan import Plan, Request, fetching, make_plan
+from pytest_orbench.fetch.thread import ThreadFetcher
+from pytest_orbench.fetch.wait import Waiter
 from pytest_orbench.judging.judges import Judge
 from pytest_orbench.judging.llm_calls import judge_key
 
 if TYPE_CHECKING:
     from pytest_orbench.fetch.child import FetchChild
-    from pytest_orbench.run.settings import Settings
+    from pytest_orbench.fetch.settings import FetchSettings
 
 # litellm costs a few ms of CPU per call: with enough prompts and cores, two fetch processes (each with
 # half the concurrency, so the session-wide limit holds) go faster than one (measured: 7.7-8.2 s vs
@@ -33,73 +35,8 @@ SHARD_MIN_JOBS = 200
 MAX_SHARDS = 2
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
-    """One prompt test's reply: its store key and the prompt text."""
-
-    key: str
-    text: str
-    config: int = 0  # 0: the configuration under test; 1: the live base (--orbench-base-*)
-
-
-@dataclass
-class Plan:
-    stored: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> stored reply
-    judged: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> stored LLM judgement
-    misses: list[Request] = field(default_factory=list)  # no fresh reply: a call
-    unjudged: list[Request] = field(default_factory=list)  # a fresh reply, no LLM judgement yet: a judge call
-    stale: int = 0  # stored, but older than store_max_age: asked again
-    # Per configuration: requests without a fresh reply that need no call of their own, since an identical
-    # prompt's request (same text, so the same store key) makes it.
-    shared: dict[int, int] = field(default_factory=dict)
-
-
-def make_plan(store: Store, judge: Judge, requests: list[Request], fresh_after: float | None,
-              offline: bool = False) -> Plan:
-    """`fresh_after`: a time.time() before which a stored reply or judgement is too old (asked again);
-    None: any age will do."""
-    plan = Plan()
-    keys = list(dict.fromkeys(r.key for r in requests))
-    # A stored reply cut at max_tokens before any text (kept by a version that judged it "empty") is asked
-    # again, so that it becomes the error it is, not a refusal.
-    plan.stored = {k: r for k, r in store.get_many(keys, fresh_after).items()
-                   if no_visible_text(r.get("text"), r.get("finish_reason"), None) is None}
-    if fresh_after is not None:
-        plan.stale = store.count_stored([k for k in keys if k not in plan.stored], before=fresh_after)
-    seen: set[str] = set()
-    judge_keys: dict[str, str] = {}
-    unique: list[Request] = []
-    for request in requests:
-        if request.key in seen:
-            if request.key not in plan.stored:
-                plan.shared[request.config] = plan.shared.get(request.config, 0) + 1
-            continue
-        seen.add(request.key)
-        unique.append(request)
-        record = plan.stored.get(request.key)
-        if record is None:
-            plan.misses.append(request)
-        elif judge.llm is not None:
-            key = judge_key(judge, request.text, record)
-            if key is not None:
-                judge_keys[request.key] = key
-    if judge_keys:
-        found = store.get_many(judge_keys.values(), fresh_after)
-        plan.judged = {k: found[v] for k, v in judge_keys.items() if v in found}
-        plan.unjudged = [r for r in unique if r.key in judge_keys and r.key not in plan.judged]
-    return plan if offline else _fetching(plan)
-
-
-def _fetching(plan: Plan) -> Plan:
-    """A plan as a run that calls sees it: a stored reply still waiting for its judge call gets its
-    outcome from the fetcher, not from `stored`."""
-    for request in plan.unjudged:
-        plan.stored.pop(request.key, None)
-    return plan
-
-
 class Coordinator:
-    def __init__(self, settings: Settings, judge: Judge, run_id: str, *, fetches: bool,
+    def __init__(self, settings: FetchSettings, judge: Judge, run_id: str, *, fetches: bool,
                  fresh_after: float | None = None) -> None:
         self.settings = settings
         self.judge = judge
@@ -171,7 +108,7 @@ class Coordinator:
         assert self.store is not None
         max_age = None if s.offline else s.store_max_age
         if preview is not None and self.fetches and not s.offline:
-            plan = _fetching(preview)  # read with the same cutoff, in the form offline runs keep
+            plan = fetching(preview)  # read with the same cutoff, in the form offline runs keep
         else:
             plan = make_plan(self.store, self.judge, requests, None if s.offline else self.fresh_after,
                              offline=s.offline)
@@ -261,16 +198,16 @@ class Coordinator:
         if self.child is None:
             self.child = FetchChild()
         # The child splits the jobs and the concurrency between itself and the processes it forks.
-        self.child.start({
-            "store": s.store, "run_id": self.run_id, "retries": s.retries, "shards": self.shards,
-            "concurrency": s.concurrency,
-            "configs": [(c.endpoint_spec() if c.model else None, c.system_prompt) for c in self._configs()],
-            "max_age": s.store_max_age, "max_cost": s.max_cost, "judge": s.judge if self.judge.llm is not None else None,
-            "judge_spec": s.judge_spec if self.judge.llm is not None else None, "jobs": jobs,
+        self.child.start(FetchFrame(
+            store=s.store, run_id=self.run_id, retries=s.retries, shards=self.shards,
+            concurrency=s.concurrency,
+            configs=[(c.endpoint_spec() if c.model else None, c.system_prompt) for c in self._configs()],
+            max_age=s.store_max_age, max_cost=s.max_cost, judge=s.judge if self.judge.llm is not None else None,
+            judge_spec=s.judge_spec if self.judge.llm is not None else None, jobs=jobs,
             # hybrid's keyword model, when judge_labels adapted it: the fetch process sends the same replies to the LLM
-            "keyword_model": getattr(getattr(self.judge, "keyword", None), "model", None) if self.judge.llm else None,
-            "batch": s.batch,
-        })
+            keyword_model=getattr(getattr(self.judge, "keyword", None), "model", None) if self.judge.llm else None,
+            batch=s.batch,
+        ))
         shards = self.shards
         self.child.watch(lambda why: self._child_died(why, jobs, shards))
 
@@ -295,7 +232,7 @@ class Coordinator:
         finally:
             store.close()
 
-    def _configs(self) -> list[Settings]:
+    def _configs(self) -> list[FetchSettings]:
         """What each Request.config means: the configuration under test, then the live base (if any)."""
         return [self.settings, *([self.settings.base] if self.settings.base is not None else [])]
 

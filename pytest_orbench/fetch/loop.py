@@ -1,26 +1,24 @@
-"""The run's one fetch loop, and how tests wait for its outcomes (through the store).
+"""The run's one fetch loop: every job asked, judged and committed to the store with its outcome.
 
 One process fetches for the whole session: the xdist controller (or the only pytest process) starts
-it, in a child process for litellm endpoints (fetchproc.py) or on a thread for a `target:` callable.
-It asks the endpoint for every job, `concurrency` at a time, runs the LLM judge right after each
-reply, and commits replies, judgements and per-prompt outcomes to the store in small batches. Every
-pytest process (xdist workers included) waits for a prompt's outcome row in the store; each wait is
-bounded by the fetcher's liveness (a dead child, a stale heartbeat, a finished run).
+it, in a child process for litellm endpoints (fetch/child.py) or on a thread for a `target:` callable
+(fetch/thread.py). It asks the endpoint for every job, `concurrency` at a time, runs the LLM judge right
+after each reply, and commits replies, judgements and per-prompt outcomes to the store in small batches,
+where every pytest process waits for them (fetch/wait.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from pytest_orbench.calls.client import Caller, EndpointError, call_with_retries
+from pytest_orbench.calls.client import Caller, call_with_retries
+from pytest_orbench.calls.errors import EndpointError
 from pytest_orbench.core.records import NOT_REQUESTED
 from pytest_orbench.core.store import Store
 from pytest_orbench.core.store_database import unusable
@@ -30,10 +28,6 @@ from pytest_orbench.judging.llm_calls import JudgeStage, judge_key, reply_text
 
 BATCH_SECONDS = 0.05  # replies and outcomes are committed together at most this late
 HEARTBEAT_SECONDS = 1.0  # the loop says it is alive (and how far it got) this often
-STALE_SECONDS = 30.0  # a fetcher silent for this long is taken for dead
-# ... unless another process holds the store's write lock meanwhile: the fetcher is then waiting for it, not
-# dead (each of its writes waits up to 60 s for a lock, then fails and says so); it is waited for this long.
-LOCKED_SECONDS = 180.0
 DRAIN = 60.0  # seconds a stop waits for requests already in flight (paid for: keep them)
 UNUSABLE_STOP = 5  # this many replies without text (max_tokens too low) before any usable one: stop calling
 # This many prompts in a row whose every attempt found the endpoint unreachable (connection refused, DNS, TLS)
@@ -301,130 +295,3 @@ class FetchLoop:
                                                   "since their replies could not be kept")
                     await asyncio.sleep(HEARTBEAT_SECONDS)  # tried again, with the calls in flight, at the end
                 last_beat = time.monotonic()
-
-
-class ThreadFetcher:
-    """A FetchLoop on a thread of this process: for `target:` callables (their conftest state lives here)."""
-
-    def __init__(self, loop: FetchLoop, jobs: list[Job], concurrency: int) -> None:
-        self.loop, self.jobs, self.concurrency = loop, jobs, concurrency
-        self._thread: threading.Thread | None = None
-        self._event_loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self.failure: str | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="orbench-fetch", daemon=True)
-        self._thread.start()
-        self._ready.wait(30)
-
-    def _run(self) -> None:
-        event_loop = asyncio.new_event_loop()
-        # Sync callable targets run in threads: as many as requests may be in flight.
-        event_loop.set_default_executor(ThreadPoolExecutor(max_workers=self.concurrency,
-                                                           thread_name_prefix="orbench-target"))
-        self._event_loop = event_loop
-
-        async def main() -> None:
-            self._stop = asyncio.Event()
-            self._ready.set()
-            await self.loop.run(self.jobs, self._stop)
-
-        try:
-            event_loop.run_until_complete(main())
-        except BaseException as exc:  # noqa: BLE001 - reported to the waiters, never swallowed silently
-            self.failure = f"the fetch thread failed: {type(exc).__name__}: {exc}"
-        finally:
-            self._ready.set()
-            event_loop.run_until_complete(event_loop.shutdown_asyncgens())
-            event_loop.close()
-
-    def dead(self) -> str | None:
-        if self._thread is not None and not self._thread.is_alive():
-            return self.failure or "the fetch thread stopped"
-        return None
-
-    def stop(self) -> None:
-        if self._event_loop is not None and self._stop is not None and self._thread is not None:
-            try:
-                self._event_loop.call_soon_threadsafe(self._stop.set)
-            except RuntimeError:
-                pass  # its loop has already closed
-            self._thread.join(timeout=DRAIN + 10)
-
-
-class Waiter:
-    """Waits for one prompt's outcome in the store, bounded: the fetcher died, went silent, or
-    finished without it, and the wait ends with an error saying so."""
-
-    def __init__(self, store: Store, run_id: str, dead: Callable[[str], str | None] | None = None,
-                 on_wait: Callable[[], None] | None = None) -> None:
-        self.store = store
-        self.run_id = run_id
-        self.dead = dead  # the fetching process's own check of what fetches `key` (its child), if this is it
-        self.on_wait = on_wait  # called about once a second while waiting (progress)
-        self._given_up: str | None = None  # a fetcher that never started or went silent is not waited for twice
-        self._seen = False  # the run's row was seen: once it is gone, the fetching process has cleared it (stopped)
-        self._locked_at = 0.0  # when another process was last seen holding the store's write lock
-
-    def result(self, key: str, first_wait: float = 120.0) -> Outcome:
-        delay, started, last_note = 0.002, time.monotonic(), time.monotonic()
-        while True:
-            # Whether the fetcher is gone or finished is asked before the outcome is read: it commits
-            # every outcome before it ends, so one missing after that is missing for good (no race).
-            problem = self.dead(key) if self.dead is not None else None
-            state = self.store.run_state(self.run_id)
-            row = self.store.outcome(self.run_id, key)
-            if row is not None:
-                error, judge_error, fetched, judge_fetched = row
-                record = None if error else self.store.get(key)
-                if record is None and not error:
-                    error = "the stored reply vanished"
-                return Outcome(record=record, error=error, fetched=bool(fetched), judge_error=judge_error,
-                               judge_fetched=bool(judge_fetched))
-            if problem is not None:
-                return Outcome(error=problem)
-            if state is None and self._seen:
-                return Outcome(error="the run was stopped (interrupted) before this prompt's reply came")
-            self._seen = self._seen or state is not None
-            if state is not None and state.finished:
-                # No outcome and the run is over: a reply the fetcher counted as fresh (not refetched)
-                # is in the store; anything else is an error, never a wait.
-                record = None if state.fatal else self.store.get(key)
-                if record is not None:
-                    return Outcome(record=record)
-                return Outcome(error=state.fatal or "the fetcher finished without asking for this prompt")
-            problem = self._given_up or self._silent(state, started, first_wait)
-            if problem is not None:
-                # Every later prompt would wait as long again (120 s each, a day for a run): it gets this now,
-                # unless its outcome has come in after all.
-                self._given_up = problem
-                return Outcome(error=problem)
-            if self.on_wait is not None and time.monotonic() - last_note > 1.0:
-                self.on_wait()
-                last_note = time.monotonic()
-            time.sleep(delay)
-            delay = min(0.05, delay * 2)
-
-    def _silent(self, state: RunState | None, started: float, first_wait: float) -> str | None:
-        if state is None or state.started_shards < state.shards:
-            if time.monotonic() - started > first_wait:
-                return f"no fetching process started for this run within {first_wait:g} s"
-            return None
-        # Silence counts from the last sight of another process holding the store's write lock, too: a fetcher
-        # that waited for it needs a moment to write again once it is released.
-        silent = time.time() - max(state.heartbeat, self._locked_at)
-        if silent <= STALE_SECONDS:
-            return None
-        # A fetcher that cannot write is silent too: with the store locked by another process, it was taken for
-        # dead after 30 s while it waited for the lock (and then stored the replies nobody waited for any more).
-        if self.store.write_locked():
-            self._locked_at = time.time()
-            if time.time() - state.heartbeat <= LOCKED_SECONDS:
-                return None
-            return (f"the fetching process (pid {state.pid}) has stored nothing for {LOCKED_SECONDS:g} s while "
-                    f"another process holds the write lock of the response store {self.store.path}; it is taken for "
-                    "dead (end the process holding it: a sqlite3 shell, a backup, another run)")
-        return (f"the fetching process (pid {state.pid}) has said nothing for {STALE_SECONDS:g} s; "
-                "it is taken for dead")

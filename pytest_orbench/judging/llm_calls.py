@@ -6,7 +6,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from pytest_orbench.calls.client import EndpointError, call_with_retries
+from pytest_orbench.calls.client import call_with_retries
+from pytest_orbench.calls.errors import EndpointError
 from pytest_orbench.core.store import Store
 from pytest_orbench.judging.judges import Judge, Judgement, LLMProtocol
 
@@ -91,7 +92,7 @@ class JudgeStage:
         return record
 
     def _litellm(self) -> Any:
-        from pytest_orbench.calls.client import LiteLLMCaller
+        from pytest_orbench.calls.litellm_api import LiteLLMCaller
 
         return LiteLLMCaller(self.llm.spec)
 

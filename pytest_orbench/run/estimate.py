@@ -17,7 +17,7 @@ from pytest_orbench.calls.prices import Price, price_of
 from pytest_orbench.judging.registry import unsure_only
 
 if TYPE_CHECKING:
-    from pytest_orbench.fetch.coordinator import Plan
+    from pytest_orbench.fetch.plan import Plan
     from pytest_orbench.judging.judges import Judge
     from pytest_orbench.run.settings import Settings
 
@@ -60,7 +60,7 @@ class Part:
 
 
 def count_tokens(model: str, messages: list[dict[str, str]]) -> int:
-    from pytest_orbench.calls.client import _import_litellm
+    from pytest_orbench.calls.litellm_api import _import_litellm
 
     return int(_import_litellm().token_counter(model=model, messages=messages))
 

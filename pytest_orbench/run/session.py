@@ -18,7 +18,7 @@ import pytest
 
 from pytest_orbench.analysis.baseline import BaselineError, check_comparable, load_baseline
 from pytest_orbench.analysis.summary import header_line
-from pytest_orbench.calls.client import scrub
+from pytest_orbench.calls.scrubbing import scrub
 from pytest_orbench.core.datasets.loading import load_dataset
 from pytest_orbench.core.datasets.pinned import default_cache_dir
 from pytest_orbench.core.datasets.prompts import Dataset, DatasetError, Prompt, check_unique_ids, test_name
@@ -38,8 +38,9 @@ from pytest_orbench.core.records import (
 )
 from pytest_orbench.core.store import response_key
 from pytest_orbench.core.store_database import StoreError
-from pytest_orbench.fetch.coordinator import Coordinator, Plan, Request
+from pytest_orbench.fetch.coordinator import Coordinator
 from pytest_orbench.fetch.loop import Outcome
+from pytest_orbench.fetch.plan import Plan, Request
 from pytest_orbench.judging.adaptation import adapt
 from pytest_orbench.judging.judges import Judgement, Verdict
 from pytest_orbench.judging.keyword_weights import load_model

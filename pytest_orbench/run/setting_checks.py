@@ -18,7 +18,7 @@ from pytest_orbench.run.options import BY_KEY, MAX_TRIALS, MIN_MARKDOWN_CHARS, R
 from pytest_orbench.run.setting_sources import Sources, fail, read_prompt
 
 if TYPE_CHECKING:
-    from pytest_orbench.fetch.batch import BatchSettings
+    from pytest_orbench.fetch.batch.runner import BatchSettings
 
 
 def check_endpoint(values: dict[str, Any]) -> None:
@@ -89,14 +89,14 @@ def batch_settings(values: dict[str, Any]) -> BatchSettings | None:
         raise fail(f"--orbench-batch-wait {values['batch_wait']!r}: give how long to wait (24h, 2h, 30m); a run "
                    "that stops waiting is resumed by the next one")
     check_batch_model(values["model"], "model")
-    from pytest_orbench.fetch.batch import BatchSettings
+    from pytest_orbench.fetch.batch.runner import BatchSettings
 
     return BatchSettings(poll=float(values["batch_poll"]), wait=wait, max_requests=int(values["batch_max_requests"]))
 
 
 def check_batch_model(model: str, what: str) -> None:
     """The model's provider has a batch API."""
-    from pytest_orbench.fetch.batch import batch_problem
+    from pytest_orbench.fetch.batch.provider import batch_problem
 
     problem = batch_problem(model)
     if problem is not None:

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 def api_key_for(model: str, api_base: str | None, api_key_env: str | None, **kwargs: str) -> str | None:
     """client.api_key_for, imported when a run is built: a disabled plugin never imports the client."""
-    from pytest_orbench.calls.client import api_key_for
+    from pytest_orbench.calls.litellm_api import api_key_for
 
     return api_key_for(model, api_base, api_key_env, **kwargs)
 
@@ -39,7 +39,7 @@ def check_secrets(kwargs: dict[str, Any], where: str, key_setting: str, offline:
 def remember_secrets(settings: Settings, base: Settings | None) -> None:
     """Every secret value of the run, for client.scrub to hide wherever it turns up (a custom judge's exception,
     a target's, an echoed error), read from whichever variable it came from."""
-    from pytest_orbench.calls.client import remember_secrets
+    from pytest_orbench.calls.scrubbing import remember_secrets
 
     for s in (settings, base):
         if s is None:

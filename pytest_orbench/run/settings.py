@@ -18,7 +18,7 @@ from pytest_orbench.core.datasets.specs import DatasetSpec
 from pytest_orbench.core.endpoint import ModelSpec, public_kwargs, redact_url
 
 if TYPE_CHECKING:
-    from pytest_orbench.fetch.batch import BatchSettings
+    from pytest_orbench.fetch.batch.runner import BatchSettings
 
 
 @dataclass(frozen=True)

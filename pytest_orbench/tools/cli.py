@@ -261,7 +261,7 @@ def _tradeoff(args: argparse.Namespace) -> int:
 
 
 def _judge_eval(args: argparse.Namespace) -> int:
-    from pytest_orbench.calls.client import api_key_for
+    from pytest_orbench.calls.litellm_api import api_key_for
     from pytest_orbench.core.jsonfile import dumps, output_problem, write_atomic
     from pytest_orbench.core.store_database import store_problem
     from pytest_orbench.judging.judges import JudgeError

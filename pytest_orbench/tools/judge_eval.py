@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_orbench.calls.client import scrub
+from pytest_orbench.calls.scrubbing import scrub
 from pytest_orbench.core.datasets.custom import csv_records, decode_utf8
 from pytest_orbench.core.datasets.prompts import DatasetError
 from pytest_orbench.core.stats import bootstrap_kappa_ci, cohen_kappa, paired_diff_ci, wilson
@@ -178,7 +178,7 @@ def evaluate(examples: list[Example], judgements: list[Judgement | str], judge_m
 
 
 async def _judge_all(judge: Judge, examples: list[Example], make_stage: Callable[[], Any], concurrency: int) -> list[Judgement | str]:
-    from pytest_orbench.calls.client import EndpointError
+    from pytest_orbench.calls.errors import EndpointError
 
     stage = make_stage()
     gate = asyncio.Semaphore(concurrency)

@@ -93,7 +93,7 @@ ROLE_DEFAULTS = {"seed_model": (0.7, 2000), "rewriter": (0.7, 1000), "moderators
 
 def _model(entry: Any, role: str, shared: dict[str, Any]) -> ModelSpec:
     """A model entry (a litellm model string, or a mapping with its own api_base etc.) as a ModelSpec."""
-    from pytest_orbench.calls.client import api_key_for
+    from pytest_orbench.calls.litellm_api import api_key_for
     from pytest_orbench.core.endpoint import public_kwargs, secret_problem
 
     if isinstance(entry, str):

@@ -99,7 +99,8 @@ class Pipeline:
     # -- calls ------------------------------------------------------------------------------------
     async def ask(self, stage: str, spec: ModelSpec, messages: list[dict[str, str]], key: dict[str, Any]) -> dict[str, Any] | None:
         """A stored or fresh completion record; None (counted as an error) when the call failed."""
-        from pytest_orbench.calls.client import EndpointError, call_with_retries
+        from pytest_orbench.calls.client import call_with_retries
+        from pytest_orbench.calls.errors import EndpointError
 
         spend = self.spend.setdefault(stage, Spend())
         store_key = spec.key(kind="generate", pipeline=PIPELINE_VERSION, stage=stage, messages=messages, **key)
@@ -251,7 +252,7 @@ class Pipeline:
             key = judge_key(judge, cand.text, record)
             if key is not None:
                 assert stage is not None
-                from pytest_orbench.calls.client import EndpointError
+                from pytest_orbench.calls.errors import EndpointError
 
                 try:
                     async with self._gate:  # type: ignore[union-attr]
@@ -382,7 +383,7 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
 
 def run_generate(config: GenerateConfig, store_dir: Path, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the pipeline, write the set(s) and the summary; return the summary."""
-    from pytest_orbench.calls.client import LiteLLMCaller
+    from pytest_orbench.calls.litellm_api import LiteLLMCaller
     from pytest_orbench.core.jsonfile import dumps, write_atomic
 
     store = Store(store_dir, check=True)
