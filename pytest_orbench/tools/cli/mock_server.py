@@ -12,7 +12,9 @@ from pytest_orbench.tools.cli.parser import FAULT_KINDS
 
 
 def run(args: argparse.Namespace) -> int:
-    from pytest_orbench.tools.simulator.server import MockConfig, MockServer  # only this subcommand needs the simulator
+    # only this subcommand needs the simulator
+    from pytest_orbench.tools.simulator.config import MockConfig
+    from pytest_orbench.tools.simulator.server import MockServer
 
     defaults = MockConfig()
     faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())

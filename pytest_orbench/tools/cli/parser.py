@@ -8,7 +8,7 @@ import math
 from pytest_orbench import DEFAULT_JUDGE
 from pytest_orbench.tools.cli.judge_names import JUDGE_HELP, PANEL_JUDGE_HELP
 
-# The simulator's fault kinds (simulator.Handler._fault), named here so the help needs no import of it.
+# The simulator's fault kinds (simulator/completions.py, _fault), named here so the help needs no import of it.
 FAULT_KINDS = ("429", "403", "500", "502", "503", "timeout", "malformed", "not_completion", "disconnect", "trickle",
                "redirect_loop")
 
