@@ -14,7 +14,7 @@ from pytest_orbench.tools.cli.option_checks import fail
 def run(args: argparse.Namespace) -> int:
     from pytest_orbench.run.settings import load_yaml_file
     from pytest_orbench.tools.generate.config import GenerateError, build_config
-    from pytest_orbench.tools.generate.generator import run_generate, summary_lines
+    from pytest_orbench.tools.generate.outputs import run_generate, summary_lines
 
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     config_path = Path(args.config) if args.config else Path("orbench.yaml")
