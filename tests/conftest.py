@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench.tools.simulator.server import MockConfig, MockServer
+from pytest_orbench.tools.simulator.config import MockConfig
+from pytest_orbench.tools.simulator.server import MockServer
 
 try:
     # litellm imports the importlib_metadata backport, which deletes the stdlib

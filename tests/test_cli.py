@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench.tools.cli import build_parser, main
+from pytest_orbench.tools.cli import main
+from pytest_orbench.tools.cli.parser import build_parser
 from tests.conftest import REPO, stats
 
 RESULTS = {"schema": "pytest-orbench/results", "schema_version": 1}
@@ -227,11 +228,10 @@ def test_output_to_a_reader_that_stopped_reading_ends_quietly() -> None:
 
 def test_ctrl_c_says_what_was_kept_instead_of_a_traceback(monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
-    from pytest_orbench.tools import cli
     def interrupted(args: Any) -> int:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "_judge_eval", interrupted)
+    monkeypatch.setattr("pytest_orbench.tools.cli.judge_eval.run", interrupted)
     assert main(["judge-eval", str(REPO / "tests" / "data" / "judge-dev.csv")]) == 130
     assert capsys.readouterr().err == ("orbench judge-eval: interrupted; what was received is stored, and running the "
                                        "same command again continues from there\n")

@@ -256,7 +256,8 @@ def install_noise_in_this_process(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="module")
 def quiet_run(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[dict[str, Any], int]:
     """The run without any strictness or noise, once for the module: (its results, the completions it asked)."""
-    from pytest_orbench.tools.simulator.server import MockConfig, MockServer
+    from pytest_orbench.tools.simulator.config import MockConfig
+    from pytest_orbench.tools.simulator.server import MockServer
 
     folder = tmp_path_factory.mktemp("quiet")
     server = MockServer(MockConfig()).start()

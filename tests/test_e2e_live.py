@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_orbench.tools.simulator.server import MockConfig, MockServer
+from pytest_orbench.tools.simulator.config import MockConfig
+from pytest_orbench.tools.simulator.server import MockServer
 from tests.conftest import mock_args, stats
 from tests.test_e2e_trust import CAREFUL, answered_by_default, load, write_set
 

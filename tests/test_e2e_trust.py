@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from pytest_orbench.tools.simulator.config import MockConfig
 from pytest_orbench.tools.simulator.roles import decide
-from pytest_orbench.tools.simulator.server import MockConfig, MockServer
+from pytest_orbench.tools.simulator.server import MockServer
 from tests.conftest import load, mock_args, raise_at_call, stats
 
 pytestmark = pytest.mark.usefixtures("orbench_env")

@@ -22,7 +22,6 @@ from pytest_orbench.calls.errors import EndpointError
 from pytest_orbench.core.records import NOT_REQUESTED
 from pytest_orbench.core.store import Store
 from pytest_orbench.core.store_database import unusable
-from pytest_orbench.core.store_runs import RunState
 from pytest_orbench.judging.judges import Judge
 from pytest_orbench.judging.llm_calls import JudgeStage, judge_key, reply_text
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 from pytest_orbench.core.store import Store
-from pytest_orbench.core.store_database import unusable
 from pytest_orbench.core.store_runs import RunState
 from pytest_orbench.fetch.loop import Outcome
 
