@@ -202,7 +202,7 @@ def check_comparable(baseline: BaselineDocument, run: RunMeta, prompt_hashes: di
             changes.append({"what": label, "baseline": old_run.get(key), "current": run.get(key)})
     # The same model asked at another server (a new gateway, another vLLM deployment, the live base's
     # --orbench-base-api-base) can answer otherwise: said, as the judge's endpoint is. Both sides are
-    # recorded without credentials or query (session._endpoint_meta).
+    # recorded without credentials or query (run/metadata.endpoint_meta).
     old_base, new_base = old_run.get("api_base"), run.get("api_base")
     # A live base is asked in this same session: there two local ports are two servers running side by side.
     live = against_live_base(run)

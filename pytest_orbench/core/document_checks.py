@@ -123,7 +123,7 @@ def _verdict_problem(prompt: dict[str, Any]) -> str | None:
             return f"has \"verdict\": {_value(verdict)} but \"refused\": {_value(refused)}"
     if "scored_trials" in prompt:
         refused_trials, scored = prompt["refused_trials"], prompt["scored_trials"]
-        majority = None if scored == 0 else 2 * refused_trials >= scored  # session._combined: refused at half or more
+        majority = None if scored == 0 else 2 * refused_trials >= scored  # run/verdicts._combined: refused at half or more
         if majority != refused:
             return (f"has \"refused\": {_value(refused)} but \"refused_trials\": {refused_trials} of "
                     f"\"scored_trials\": {scored}")

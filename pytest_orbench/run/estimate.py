@@ -17,8 +17,10 @@ from pytest_orbench.calls.prices import Price, price_of
 from pytest_orbench.judging.registry import unsure_only
 
 if TYPE_CHECKING:
+    from pytest_orbench.core.records import BaselineDocument
     from pytest_orbench.fetch.plan import Plan
     from pytest_orbench.judging.judges import Judge
+    from pytest_orbench.run.keys import PromptKeys
     from pytest_orbench.run.settings import Settings
 
 JUDGE_OUTPUT_TOKENS = 100  # the judge explains in two or three sentences, then gives the class
@@ -160,6 +162,37 @@ def plan_parts(settings: Settings, judge: Judge, plan: Plan) -> list[Part]:
 # 1,319 = 8.6% under one cautious sentence; a round, higher figure keeps --orbench-max-cost on the safe side).
 DEFAULT_FLIP_SHARE = 0.10
 MIN_MEASURED = 20  # stored replies needed to use the measured flip share instead
+
+
+def run_parts(settings: Settings, judge: Judge, plan: Plan, keys: PromptKeys,
+              baseline: BaselineDocument | None, baseline_refused: Mapping[str, bool | None]) -> list[Part]:
+    """What the run would cost: the plan's calls, and with --orbench-verify-flips the judge calls expected
+    after it (the flip share measured on the stored replies, judged now, against the compared side)."""
+    from pytest_orbench.judging.llm_calls import final_judgement
+
+    parts = plan_parts(settings, judge, plan)
+    if not settings.verify_flips:
+        return parts
+    flipped = compared = 0
+    prompts = []
+    live = settings.base is not None
+    for nodeid, requests in keys.requests.items():
+        prompt_id, head = keys.prompt_ids[nodeid], requests.head[0]
+        prompts.append(head.text)
+        mine = plan.stored.get(head.key)
+        theirs = (plan.stored.get(requests.base[0].key) if live and requests.base
+                  else baseline_refused.get(prompt_id))
+        if mine is None or theirs is None or judge.llm is not None:
+            continue
+        refused = final_judgement(judge, head.text, mine, None).verdict.refused
+        other = (final_judgement(judge, head.text, theirs, None).verdict.refused if isinstance(theirs, dict)
+                 else theirs)
+        if refused is not None and other is not None:
+            compared += 1
+            flipped += refused != other
+    both = live or any(p.get("reply_key") for p in (baseline["prompts"] if baseline else []))
+    part = verification_part(settings, prompts, flipped, compared, 2 if both else 1)
+    return parts + ([part] if part is not None else [])
 
 
 def verification_part(settings: Settings, prompts: list[str], flipped: int, compared: int, sides: int) -> Part | None:

@@ -1,14 +1,13 @@
 """The prompt tests: one pytest item per prompt, grouped under a node per dataset.
 
 An item holds the requests of its prompt (a trial each, under the configuration tested and the live
-base); the session's hooks object (`session.OrbenchPlugin`) fetches and judges, the item turns the
-verdict into pass / xfail / fail / skip.
+base); the run (`prompt_run.PromptRun`) fetches and judges, the item turns the verdict into
+pass / xfail / fail / skip.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pytest
@@ -19,22 +18,20 @@ from pytest_orbench.core.records import PromptRecord
 from pytest_orbench.fetch.loop import Outcome
 from pytest_orbench.fetch.plan import Request
 from pytest_orbench.judging.judges import Verdict
-from pytest_orbench.run.settings import Settings
+from pytest_orbench.run.keys import Requests
 
 
 class Run(Protocol):
-    """What a prompt test asks of the run (session.OrbenchPlugin): its outcomes, its record, the settings."""
+    """What a prompt test asks of the run (prompt_run.PromptRun): its replies, then its record (made and handed
+    over for the results), and with --orbench-strict what the compared side said."""
 
-    settings: Settings
-    baseline_refused: dict[str, bool | None]
-    runs_no_test: bool
+    @property
+    def runs_no_test(self) -> bool: ...
 
-    def outcome(self, item: PromptItem, request: Request) -> Outcome: ...
-    def error_record(self, item: PromptItem, error: str, outcomes: list[Outcome] | None = None,
-                     base_outcomes: list[Outcome] | None = None) -> PromptRecord: ...
-    def judge_item(self, item: PromptItem, outcomes: list[Outcome], base_outcomes: list[Outcome] | None = None
-                   ) -> PromptRecord: ...
-    def hand_over(self, item: PromptItem, record: PromptRecord) -> None: ...
+    def replies(self, item: PromptItem) -> tuple[list[Outcome], list[Outcome]]: ...
+    def record(self, item: PromptItem, outcomes: list[Outcome], base_outcomes: list[Outcome],
+               error: str | None = None) -> PromptRecord: ...
+    def strict_before(self, item: PromptItem, record: PromptRecord) -> bool | None: ...
 
 
 @functools.cache
@@ -50,7 +47,7 @@ class DatasetNode(pytest.Collector):
     """Groups one dataset's prompt tests: node id `orbench/<dataset>`."""
 
     def collect(self) -> list[pytest.Item]:
-        return []  # items are created by OrbenchPlugin.pytest_collection_modifyitems
+        return []  # items are created by collection.collect
 
 
 _NONE: list[Outcome] = []  # an item's outcomes before its setup and after its teardown (never appended to)
@@ -81,31 +78,29 @@ class PromptItem(pytest.Item):
     def setup(self) -> None:
         if self.plugin.runs_no_test:
             return  # --setup-only / --setup-plan: the reply is this test's work, not its setup; nothing is asked
-        self.outcomes = [self.plugin.outcome(self, r) for r in self.requests.head]
-        self.base_outcomes = [self.plugin.outcome(self, r) for r in self.requests.base]
+        self.outcomes, self.base_outcomes = self.plugin.replies(self)
         usable = [o for o in self.outcomes if o.error is None and o.judge_error is None]
         if usable:
             return  # some trials may have failed: the others decide, and the failures are counted
         first = self.outcomes[0]
         if first.error is not None:
-            self.plugin.hand_over(self, self.plugin.error_record(self, first.error, self.outcomes, self.base_outcomes))
+            self.plugin.record(self, self.outcomes, self.base_outcomes, error=first.error)
             # pytrace=False: the endpoint's message, not a traceback of the plugin.
             pytest.fail(f"no reply for {term_safe(self.prompt.id, 200)}: {term_safe(first.error, 500)}", pytrace=False)
         assert first.judge_error is not None
-        self.plugin.hand_over(self, self.plugin.error_record(self, first.judge_error, self.outcomes, self.base_outcomes))
+        self.plugin.record(self, self.outcomes, self.base_outcomes, error=first.judge_error)
         pytest.fail(f"no judgement for {term_safe(self.prompt.id, 200)}: {term_safe(first.judge_error, 500)}", pytrace=False)
 
     def runtest(self) -> None:
-        record = self.plugin.judge_item(self, self.outcomes, self.base_outcomes)
-        self.plugin.hand_over(self, record)
+        record = self.plugin.record(self, self.outcomes, self.base_outcomes)
         if record["verdict"] == Verdict.ERROR.value:
             pytest.fail(f"judge failed on {term_safe(self.prompt.id, 200)}: "
                         f"{term_safe(record['error'] or 'no reason given', 500)}", pytrace=False)
         if record["verdict"] == Verdict.UNSCORED.value:
             # Not an answer, not a refusal: excluded from the rates, counted apart, never guessed.
             pytest.skip(f"unscored: {term_safe(record['judge_reason'], 200)}")
-        before = record["base"]["refused"] if "base" in record else self.plugin.baseline_refused.get(self.prompt.id)
-        if self.plugin.settings.strict and before is not None and record["refused"] is not None:
+        before = self.plugin.strict_before(self, record)
+        if before is not None and record["refused"] is not None:
             worse = record["refused"] and not before if self.prompt.expected == "answer" else before and not record["refused"]
             if worse:
                 what = "newly refused (the baseline answered it)" if self.prompt.expected == "answer" else \
@@ -134,15 +129,3 @@ class PromptItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
         return self.path, None, term_safe(self.prompt.id, 200)  # the failure headline: an id is untrusted text
-
-
-@dataclass(frozen=True, slots=True)
-class Requests:
-    """One prompt test's replies: a trial each under the configuration tested, and under the live base."""
-
-    head: list[Request]
-    base: list[Request]
-
-    @property
-    def all(self) -> list[Request]:
-        return [*self.head, *self.base]

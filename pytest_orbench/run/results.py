@@ -1,5 +1,5 @@
-"""The run's results, on the controller only: each prompt's record, then the gate, the outputs, the
-baseline update, the exit status and the terminal summary.
+"""The run's results, on the controller only: each prompt's record from its test's reports, then the results
+document (gate, baseline update), the outputs, the exit status and the terminal summary.
 
 Registered by `session.OrbenchPlugin` on the xdist controller or the only pytest process (as pytest's
 junitxml plugin is), never on a worker: workers send their records in the test reports.
@@ -8,132 +8,47 @@ junitxml plugin is), never on a worker: workers send their records in the test r
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Generator, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_orbench.analysis.baseline import BaselineError, baseline_document, drift, load_baseline, save_baseline
+from pytest_orbench.analysis.baseline import baseline_document, drift, save_baseline
 from pytest_orbench.analysis.gate import BLOCKING, assess, mark_stopped
-from pytest_orbench.analysis.summary import (
-    drift_lines,
-    gate_lines,
-    judge_audit_lines,
-    results_document,
-    served_versions,
-    summarize,
-    term_safe,
-    terminal_lines,
-    xfail_line,
-)
-from pytest_orbench.core import records as records_module
-from pytest_orbench.core.datasets.prompts import Dataset
-from pytest_orbench.core.records import (
-    LIVE_BASE,
-    NOT_REQUESTED,
-    REPORT_PROPERTY,
-    BaselineDocument,
-    PromptRecord,
-    ResultsDocument,
-    RunMeta,
-    Usage,
-)
-from pytest_orbench.judging.judges import Judge, Verdict
+from pytest_orbench.analysis.summary import results_document, served_versions, summarize
+from pytest_orbench.core.records import LIVE_BASE, BaselineDocument, PromptRecord, ResultsDocument
+from pytest_orbench.judging.judges import Verdict
 from pytest_orbench.render.outputs import write_outputs
+from pytest_orbench.run import completeness
+from pytest_orbench.run.dry_run import dry_run
+from pytest_orbench.run.fetch_end import Fetched
+from pytest_orbench.run.handover import RecordHandover
+from pytest_orbench.run.metadata import RunFacts
 from pytest_orbench.run.progress import ProgressDisplay
-from pytest_orbench.run.settings import Settings
+from pytest_orbench.run.record_sums import (
+    LIVE_BASE_IDENTICAL,
+    base_record,
+    endpoint_error,
+    mark_shared,
+    never_asked,
+    spend,
+)
+from pytest_orbench.run.terminal_summary import nothing_ran, write_summary
+from pytest_orbench.run.verification import attach_verification, verify_flips
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-    from pytest_orbench.fetch.coordinator import Coordinator
-
-
-class Run(Protocol):
-    """What the results ask of the run (session.OrbenchPlugin)."""
-
-    settings: Settings
-    judge: Judge
-    datasets: list[Dataset]
-    baseline: BaselineDocument | None
-    scheduled: set[str] | None
-    started: float
-    progress: ProgressDisplay
-    coordinator: Coordinator
-
-    def run_meta(self, config: int = 0) -> RunMeta: ...
-    def keys_of(self, prompt_ids: Collection[str]) -> set[str]: ...
-    def take_record(self, report: pytest.TestReport) -> PromptRecord | None: ...
-    def judge_audit(self, records: list[PromptRecord]) -> dict[str, Any] | None: ...
-
-
-# pytest options after which it only shows something (what would run, fixtures, markers) and runs no test.
-# (--setup-plan sets setuponly in its own pytest_configure, after this plugin's: both are read. --help needs
-# no entry: plugin.pytest_configure builds no session under it.)
-DRY_RUN_OPTIONS = ("collectonly", "setuponly", "setupplan", "showfixtures", "show_fixtures_per_test", "markers")
-
-
-def dry_run(config: pytest.Config) -> bool:
-    """pytest runs no test in this session (--collect-only, --setup-plan, --fixtures, ...): no prompt is asked."""
-    return any(getattr(config.option, name, False) for name in DRY_RUN_OPTIONS)
-
-
-def _spend(paid: list[tuple[float | None, Usage | None]]) -> dict[str, Any]:
-    """Tokens and USD paid in this run, from (cost, usage) per prompt; cost is None when litellm knows no
-    price for a model."""
-    usages = [usage for _, usage in paid if usage]
-    costs = [cost for cost, usage in paid if usage]
-    return {
-        "prompt_tokens": sum(u.get("prompt_tokens") or 0 for u in usages),
-        "completion_tokens": sum(u.get("completion_tokens") or 0 for u in usages),
-        "cost_usd": round(sum(c for c in costs if c), 6) if costs and all(c is not None for c in costs) else None,
-    }
-
-
-LIVE_BASE_IDENTICAL = ("the live base is the run's own configuration (nothing differs: model, endpoint, parameters and "
-                       "system prompt are the same), so nothing was compared")
-_BASE_ONLY = ("fetched", "served_model", "system_fingerprint", "base_cost", "base_usage")
-_IDENTITY = ("id", "dataset", "category", "expected", "prompt_sha256", "prompt")
-
-
-def base_record(record: PromptRecord) -> PromptRecord:
-    """The prompt as the live base answered it, as a record of its own (for the base run's summaries)."""
-    base = record["base"]
-    return cast(PromptRecord, {  # (a cast: mypy cannot build a TypedDict from others' keys plus its own)
-        **{k: v for k, v in base.items() if k not in _BASE_ONLY}, **{k: record[k] for k in _IDENTITY},  # type: ignore[literal-required]
-        "matched": None if base["refused"] is None else base["refused"] == (record["expected"] == "refuse"),
-        "from_store": not base["fetched"], "fetched": base["fetched"],
-        "calls_made": 0, "calls_stored": 0,  # counted on the prompt's own record
-        "cost": base["base_cost"], "usage": base["base_usage"],
-        "judge_llm": False, "judge_fetched": False, "judge_cost": None, "judge_usage": None,  # on the prompt's record
-        "judge_sent": 0, "judge_decided": 0, "judge_calls_made": 0, "judge_errors": 0,
-        "served_model": base["served_model"], "system_fingerprint": base["system_fingerprint"],
-    })
-
-
-def mark_shared(records: list[PromptRecord]) -> list[PromptRecord]:
-    """The records that own their replies. Prompts with identical text share every reply (the store key
-    holds the text, not the id), so one call answers them all: the first of them (in `records`' order)
-    counts the calls, tokens and cost; each later one names it in `shared_reply_with` and counts no call."""
-    first: dict[str, str] = {}
-    owners = []
-    for record in records:
-        owner = first.setdefault(record["prompt_sha256"], record["id"])
-        if owner == record["id"]:
-            owners.append(record)
-        else:
-            record["shared_reply_with"] = owner
-            record["calls_made"] = record["calls_stored"] = 0
-    return owners
 
 
 class RunResults:
     """Collects the records of the prompt tests and turns them into the run's results."""
 
-    def __init__(self, plugin: Run) -> None:
-        self.plugin = plugin
-        self.settings = plugin.settings
+    def __init__(self, facts: RunFacts, fetched: Fetched, progress: ProgressDisplay, handover: RecordHandover) -> None:
+        self.facts = facts
+        self.fetched = fetched
+        self.progress = progress
+        self.handover = handover
+        self.settings = facts.settings
         self.records: dict[str, PromptRecord] = {}
         self.results: ResultsDocument | None = None
         self.forgiven_errors = 0
@@ -143,10 +58,10 @@ class RunResults:
     @pytest.hookimpl(tryfirst=True)  # before the terminal reporter writes: the progress status goes first
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "teardown":
-            self.plugin.progress.result()
+            self.progress.result()
             return  # its user properties are those of the setup or call report, read already
-        self.plugin.progress.done_waiting()
-        record = self.plugin.take_record(report)
+        self.progress.done_waiting()
+        record = self.handover.take_record(report)
         if record is not None:
             self.records[record["id"]] = record
 
@@ -160,33 +75,46 @@ class RunResults:
                 if session.exitstatus == pytest.ExitCode.OK:
                     session.exitstatus = pytest.ExitCode.TESTS_FAILED
             return
-        order = {p.id: n for n, p in enumerate(p for d in self.plugin.datasets for p in d.prompts)}
+        records, reference = self._assemble(session, exitstatus)
+        s = self.settings
+        assert self.results is not None
+        write_outputs(self.results, json=s.json, markdown=s.markdown, svg=s.svg, junit=s.junit,
+                      markdown_max_chars=s.markdown_max_chars, failed=self.unwritten, html=s.html,
+                      reference=reference, store=self.fetched.store() if s.html else None,
+                      labels=s.judge_labels is not None)
+        self._set_exit_status(session, records)
+
+    def _assemble(self, session: pytest.Session, exitstatus: int
+                  ) -> tuple[list[PromptRecord], BaselineDocument | None]:
+        """The results document (`self.results`): the run section, the summaries, the comparison and the gate,
+        and the baseline update. Returns the records in the datasets' order, and what they were compared with."""
+        order = {p.id: n for n, p in enumerate(p for d in self.facts.datasets for p in d.prompts)}
         records = sorted(self.records.values(), key=lambda r: order.get(r["id"], len(order)))
         # Calls, tokens and cost are counted once per reply: prompts with identical text share theirs.
         owners = mark_shared(records)
-        run = self.plugin.run_meta()
+        run = self.facts.run_meta()
         run["calls"] = {
             "made": sum(r.get("calls_made", int(r["fetched"])) for r in owners),
             "stored": sum(r.get("calls_stored", int(r["from_store"])) for r in owners),
             # Replies the endpoint failed to give, the live base's included (its calls are counted in `made`
             # too); a reply the judge left without a judgement is the judge's error, not the endpoint's.
-            "errors": sum(_endpoint_error(r) + _endpoint_error(r.get("base") or {}) for r in owners),
+            "errors": sum(endpoint_error(r) + endpoint_error(r.get("base") or {}) for r in owners),
             # Of those, the prompts never asked: the calls had stopped (a rejected key, a refused connection).
             "prompts": len(records),
             "shared": len(records) - len(owners),
         }
-        never = sum(_never_asked(r) + _never_asked(r.get("base") or {}) for r in owners)
+        never = sum(never_asked(r) + never_asked(r.get("base") or {}) for r in owners)
         if never:
             run["calls"]["not_requested"] = never
         # Calls made for prompt tests that then did not run (-x, Ctrl-C after the fetch got ahead): paid for
         # and stored, but in no record; counted apart so the run's calls and spend are not mistaken for all of it.
-        unrun = len(self.plugin.coordinator.paid - self.plugin.keys_of(self.records.keys()))
+        unrun = self.fetched.fetch_end(self.records.keys()).not_run
         if unrun:
             run["calls"]["fetched_not_run"] = unrun
-        run["spend"] = {"endpoint": _spend([(r["cost"], r["usage"]) for r in owners])}
+        run["spend"] = {"endpoint": spend([(r["cost"], r["usage"]) for r in owners])}
         if self.settings.base is not None:
-            run["spend"]["base"] = _spend([(r["base"]["base_cost"], r["base"]["base_usage"]) for r in owners if "base" in r])
-        if self.plugin.judge.llm is not None:
+            run["spend"]["base"] = spend([(r["base"]["base_cost"], r["base"]["base_usage"]) for r in owners if "base" in r])
+        if self.facts.judge.llm is not None:
             # Per reply (every trial, the live base's too): what went to the LLM judge, the calls paid for now
             # (replies judged alike share one call) and the replies it left without a judgement.
             run["judge_calls"] = {
@@ -195,14 +123,14 @@ class RunResults:
                 "made": sum(r["judge_calls_made"] for r in owners),
                 "errors": sum(r["judge_errors"] for r in owners),
             }
-            run["spend"]["judge"] = _spend([(r["judge_cost"], r["judge_usage"]) for r in owners])
+            run["spend"]["judge"] = spend([(r["judge_cost"], r["judge_usage"]) for r in owners])
         run["served"] = served_versions(records)
-        run["started"] = datetime.fromtimestamp(self.plugin.started, UTC).isoformat(timespec="seconds")
-        run["duration_seconds"] = round(time.time() - self.plugin.started, 2)
-        expected = {d.name: d.expected for d in self.plugin.datasets}
+        run["started"] = datetime.fromtimestamp(self.facts.started, UTC).isoformat(timespec="seconds")
+        run["duration_seconds"] = round(time.time() - self.facts.started, 2)
+        expected = {d.name: d.expected for d in self.facts.datasets}
         s = self.settings
         run["compared_with"] = (LIVE_BASE if s.base is not None else
-                                f"baseline file {s.baseline}" if self.plugin.baseline is not None else None)
+                                f"baseline file {s.baseline}" if self.facts.baseline is not None else None)
         reference, base_results = self._reference(records, expected)
         uncompared = None
         if s.base is not None and not run.get("base", {}).get("differs"):
@@ -217,25 +145,28 @@ class RunResults:
         if s.verify_flips and reference is not None:
             # The flips decide a paired gate: the LLM judge's verdicts replace the offline judge's on them (and on
             # the compared side's replies where stored) before anything is counted.
-            reference, verification = self._verify(records, reference)
+            store = self.fetched.store(open_it=True)
+            assert store is not None
+            reference, verification = verify_flips(s, records, reference, store)
             if s.base is not None:
                 _, base_results = self._reference(records, expected)
         results = results_document(run, summarize(records, expected), records)
-        results["judge_audit"] = self.plugin.judge_audit(records)
+        results["judge_audit"] = self.facts.judge_audit(records)
         if base_results is not None:
             results["base"] = {"run": {k: base_results["run"][k] for k in ("endpoint", "system_prompt_sha256", "served")},
                                "datasets": {n: {k: d[k] for k in ("n", "refused", "rejection_rate", "ci95", "errors", "flaky")}
                                             for n, d in base_results["datasets"].items()}}
-            if self.plugin.baseline is not None:
-                results["drift"] = drift(self.plugin.baseline, base_results, s.gate.alpha)
+            if self.facts.baseline is not None:
+                results["drift"] = drift(self.facts.baseline, base_results, s.gate.alpha)
         self.results = assess(results, reference, s.gate, uncompared)
         if verification is not None:
-            self._attach_verification(verification)
-        stopped = self._stopped(session, exitstatus, len(records))
+            attach_verification(self.results, verification)
+        stopped = completeness.stopped(session, exitstatus, self.fetched.scheduled, self.facts.datasets,
+                                         self.records.keys(), len(records))
         if stopped:
             mark_stopped(self.results["gate"], stopped, stored=unrun)
         if s.update_baseline and s.baseline is not None:
-            reason = stopped or self._incomplete(records)
+            reason = stopped or completeness.incomplete(s, self.facts.datasets, records)
             self.results["run"]["baseline_update"] = {"path": str(s.baseline), "written": reason is None, "reason": reason}
             if reason is None:
                 try:
@@ -243,113 +174,19 @@ class RunResults:
                 except OSError as exc:  # a full disk: said, and the run fails, instead of a traceback and no summary
                     self.results["run"]["baseline_update"].update(
                         written=False, reason=f"writing it failed: {exc.strerror or exc}")
-        write_outputs(self.results, json=s.json, markdown=s.markdown, svg=s.svg, junit=s.junit,
-                      markdown_max_chars=s.markdown_max_chars, failed=self.unwritten, html=s.html,
-                      reference=reference, store=self.plugin.coordinator.store if s.html else None,
-                      labels=s.judge_labels is not None)
-        self._set_exit_status(session, records)
+        return records, reference
 
     def _reference(self, records: list[PromptRecord], expected: dict[str, str]
                    ) -> tuple[BaselineDocument | None, ResultsDocument | None]:
         """What the run is compared with: the baseline file, or the live base (the same prompts asked under the
         base configuration in this session, as a results document of its own)."""
         if self.settings.base is None:
-            return self.plugin.baseline, None
+            return self.facts.baseline, None
         base_records = [base_record(r) for r in records if "base" in r]
-        base_run = self.plugin.run_meta(1)
+        base_run = self.facts.run_meta(1)
         base_run["served"] = served_versions(base_records)
         base_results = results_document(base_run, summarize(base_records, expected), base_records)
         return baseline_document(base_results), base_results
-
-    def _verify(self, records: list[PromptRecord], reference: BaselineDocument
-                ) -> tuple[BaselineDocument, dict[str, Any]]:
-        from pytest_orbench.run.verification import verify
-
-        s = self.settings
-        assert s.judge_spec is not None
-        store = self.plugin.coordinator.open_store()
-        reference, tallies, verifier = verify(records, reference, spec=s.judge_spec, store=store, retries=s.retries,
-                                              concurrency=s.concurrency, live_base=s.base is not None)
-        return reference, {"tallies": tallies, "model": s.judge_spec.model, "calls": verifier.calls,
-                           "cost_usd": None if verifier.cost is None else round(verifier.cost, 6),
-                           "usage": verifier.usage}
-
-    def _attach_verification(self, verification: dict[str, Any]) -> None:
-        """`datasets.<name>.comparison.verification` and the run's `verification` (judge model, calls, cost)."""
-        assert self.results is not None
-        for name, tally in verification["tallies"].items():
-            summary = self.results["datasets"].get(name)
-            comparison = summary.get("comparison") if summary is not None else None
-            if comparison is None:
-                continue
-            # (--orbench-verify-flips: found, verified, overturned, errors and the verified flips' counts)
-            cast(dict[str, Any], comparison)["verification"] = {
-                **tally, "newly_refused": comparison["newly_refused"], "newly_answered": comparison["newly_answered"]}
-        self.results["run"]["verification"] = {k: verification[k] for k in ("model", "calls", "cost_usd", "usage")}
-
-    def _stopped(self, session: pytest.Session, exitstatus: int, ran: int) -> str | None:
-        """Why the run ended before its selected prompts were done (None: it did not). A stop after every
-        selected prompt ran (-x on one of your own tests that came later) left nothing unchecked."""
-        scheduled = self.plugin.scheduled
-        total = len(scheduled) if scheduled is not None else sum(len(d.prompts) for d in self.plugin.datasets)
-        if scheduled is not None and scheduled <= self.records.keys() and exitstatus != pytest.ExitCode.INTERNAL_ERROR:
-            return None
-        if session.shouldstop or session.shouldfail:  # (a reason of ours, the damaged store's, ends as "interrupted")
-            return f"the run stopped early ({session.shouldfail or session.shouldstop}) after {ran} of {total} prompts"
-        if exitstatus == pytest.ExitCode.INTERRUPTED:
-            return f"the run was interrupted after {ran} of {total} prompts"
-        if exitstatus == pytest.ExitCode.INTERNAL_ERROR:
-            return f"the run crashed (internal error) after {ran} of {total} prompts"
-        if scheduled is not None:
-            # Selected, and yet no result came back: an xdist worker killed while running it (the OOM killer, a
-            # segfault in the user's code) reports a failure without one. The gate passed on the prompts that
-            # were left, with only the warning meant for -k deselection.
-            missing = sorted(scheduled - self.records.keys())
-            if missing:
-                return (f"no result came back for {len(missing)} of the run's {total} selected prompts ({missing[0]}"
-                        f"{', ...' if len(missing) > 1 else ''}: an xdist worker that crashed running it?)")
-        return None
-
-    def _incomplete(self, records: list[PromptRecord]) -> str | None:
-        """Why this run, which was not stopped (`_stopped`), may not become a baseline (None: it may). A
-        baseline is only ever a complete, trustworthy run: every selected prompt answered, within the
-        error budget, not a sample of a full baseline."""
-        total = sum(len(d.prompts) for d in self.plugin.datasets)
-        if len(records) < total:
-            return (f"only {len(records)} of the run's {total} prompts ran (-k/-m deselection, -x or an interruption); "
-                    "a baseline needs every prompt")
-        budget = self.settings.gate.error_budget
-        for name, summary in summarize(records, {d.name: d.expected for d in self.plugin.datasets}).items():
-            missing = summary["errors"] + summary["unscored"]
-            if summary["total"] and missing / summary["total"] > budget:
-                return (f"{name}: {missing} of {summary['total']} prompts errored or went unscored, over the error budget "
-                        f"({100 * budget:.1f}%); fix the endpoint and run again")
-        old = self._existing_baseline()
-        if old is None:
-            return None
-        # Updated from a run that covers less, the baseline would check less from then on, unannounced.
-        if self.settings.sample and not old["run"].get("sample"):
-            return (f"this run is a sample ({self.settings.sample} per dataset) and {self.settings.baseline} holds a full run; "
-                    "update it from a full run, or delete it first to start a sampled baseline")
-        if self.settings.sample and self.settings.sample < int(old["run"]["sample"] or 0):
-            return (f"this run is a sample of {self.settings.sample} per dataset and {self.settings.baseline} holds "
-                    f"{old['run']['sample']} per dataset; update it from a sample at least as large, or delete it first "
-                    "to start a smaller one")
-        dropped = [name for name in old["datasets"] if name not in {d.name for d in self.plugin.datasets}]
-        if dropped:
-            return (f"{self.settings.baseline} holds {', '.join(dropped)}, which this run did not ask; run "
-                    f"{'it' if len(dropped) == 1 else 'them'} too, or delete the file first to start a baseline without "
-                    f"{'it' if len(dropped) == 1 else 'them'}")
-        return None
-
-    def _existing_baseline(self) -> BaselineDocument | None:
-        path = self.settings.baseline
-        if path is None or not path.is_file():
-            return None
-        try:
-            return load_baseline(path)
-        except BaselineError:
-            return None  # unreadable: replacing it is what the user asked for
 
     def _set_exit_status(self, session: pytest.Session, records: list[PromptRecord]) -> None:
         """The gate decides: a failed or inconclusive gate fails the run; endpoint errors within the
@@ -366,168 +203,14 @@ class RunResults:
             self.forgiven_errors = errors
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.results is None:
-            if not self.records and self.plugin.datasets and not dry_run(terminalreporter.config):
-                # Everything deselected (-k, -m, node ids) or stopped before the first prompt: say so. The calls
-                # may have started while pytest collected, and answers paid for are stored: say that too.
-                terminalreporter.write_line(_nothing_ran(self.plugin.coordinator), yellow=True)
-            if self.not_written is not None:
-                terminalreporter.write_line(f"baseline NOT written: {self.not_written}; {self.settings.baseline} is "
-                                            "unchanged", red=True, bold=True)
+        if self.results is not None:
+            write_summary(terminalreporter, self.results, self.settings, self.fetched.fetch_end(self.records.keys()),
+                          self.unwritten, self.forgiven_errors)
             return
-        terminalreporter.write_sep("=", "orbench summary")
-        for line in terminal_lines(self.results["run"], self.results["datasets"]) + drift_lines(self.results.get("drift")):
-            terminalreporter.write_line(line)
-        for line in judge_audit_lines(self.results):
-            terminalreporter.write_line(line)
-        if self.plugin.coordinator.draining is not None:
-            terminalreporter.write_line(f"orbench: a second interrupt ended the wait for the replies in flight: the fetch "
-                                        f"process (pid {self.plugin.coordinator.draining}) stores them by itself, and "
-                                        "the next run reuses them; they are not counted here", yellow=True)
-        for path in (self.settings.json, self.settings.markdown, self.settings.html, self.settings.svg, self.settings.junit):
-            if path is not None and path in self.unwritten:
-                terminalreporter.write_line(f"NOT written: {path}: {self.unwritten[path]}", red=True, bold=True)
-            elif path is not None:
-                terminalreporter.write_line(f"wrote {path}")
-                if path == self.settings.json and len(self.results["prompts"]) > records_module.FULL_PROMPTS_MAX:
-                    terminalreporter.write_line(
-                        f"wrote {path.parent / records_module.prompt_lines_name(path)}: every prompt's record, one per "
-                        f"line ({path.name} keeps the summary, the gate and the flips and errors: over "
-                        f"{records_module.FULL_PROMPTS_MAX:,} prompts it names this file instead of holding them all)")
-        update = self.results["run"].get("baseline_update")
-        if update and update["written"]:
-            terminalreporter.write_line(f"baseline updated: {self.settings.baseline} (review and commit it)")
-        elif update:
-            terminalreporter.write_line(f"baseline NOT written: {update['reason']}; {self.settings.baseline} is unchanged",
-                                        red=True, bold=True)
-        xfailed = xfail_line(self.results, self.settings.strict, bool(terminalreporter.config.option.runxfail))
-        if xfailed:
-            terminalreporter.write_line(xfailed)
-        lines = gate_lines(self.results)
-        if lines:
-            terminalreporter.write_sep("=", "orbench gate")
-            verdict = self.results["gate"]["verdict"]
-            for line in lines:
-                terminalreporter.write_line(line, green=verdict == "pass", red=verdict in BLOCKING,
-                                            yellow=verdict == "ungated", bold=line is lines[0])
-            if verdict in BLOCKING:
-                self._count_the_gate(terminalreporter, verdict)
-        if self.forgiven_errors:
-            terminalreporter.write_line(
-                f"{self.forgiven_errors} endpoint errors are within the error budget "
-                f"({100 * self.settings.gate.error_budget:.1f}%): the gate passed, so the run does not fail"
-            )
-
-    def _count_the_gate(self, terminalreporter: Any, verdict: str) -> None:
-        """A failed or inconclusive gate as one failed test, "orbench gate": pytest's last line then counts it and
-        is red (it was a green "1189 passed, 785 xfailed" above an exit status of 1), with -q, -qq and under xdist,
-        and the short summary names why. Nothing else sees it: the results, JUnit and the exit status are the gate's."""
-        assert self.results is not None
-        why = "; ".join(f"{c['outcome'].upper()}: {c['name']}" for c in self.results["gate"]["checks"]
-                        if c["outcome"] != "pass") or verdict.upper()
-        report = pytest.TestReport(nodeid="orbench gate", location=("orbench", None, "orbench gate"), keywords={},
-                                   outcome="failed", longrepr=term_safe(why, 300), when="call")
-        terminalreporter.stats.setdefault("failed", []).append(report)
-
-
-# Shared by the logged reports and the run items of prompt tests that have none (80,000 empty lists otherwise);
-# never appended to.
-_NO_PROPERTIES: list[tuple[str, object]] = []
-_NO_SECTIONS: list[Any] = []
-
-
-def _without_record(properties: list[tuple[str, object]]) -> list[tuple[str, object]]:
-    """User properties without the prompt's record string: the shared empty list when nothing else is left."""
-    return [p for p in properties if p[0] != REPORT_PROPERTY] or _NO_PROPERTIES
-
-
-def release_item(item: pytest.Item) -> None:
-    """What a prompt item holds only for its run, released once every report of it is made and logged: the
-    record's JSON string (read into the results by then; ReportRelease releases the reports' copies) and
-    pytest's per-item lists, then empty."""
-    item.user_properties = _without_record(item.user_properties)
-    if not item._report_sections:
-        item._report_sections = _NO_SECTIONS
-
-
-class ReportRelease:
-    """What pytest keeps of each prompt test after every plugin has seen its reports: at 80,000 prompts bare
-    pytest alone holds ~465 MiB, mostly three reports per test. A passing setup's or teardown's report is kept
-    by the terminal reporter under stats[""], which nothing reads (its summary skips that key): released. The
-    record's JSON string in each report's user properties, read into the results by then (and by --junitxml,
-    which reads the teardown report in its own hook), is released too, and so are the keyword names each
-    report copies from its item (benchmarks/README.md: pytest's peak RSS at 80,000 prompts)."""
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if not report.nodeid.startswith("orbench/"):
-            return
-        # each report's own list (the item's is released after its teardown, release_item)
-        report.user_properties = _without_record(report.user_properties)
-        report.keywords = {}  # the item's keyword names (~500 B), read by no one once the report is logged
-        if not report.sections:
-            report.sections = _NO_SECTIONS
-        if report.when != "call" and report.passed and self.reporter is not None:
-            kept = self.reporter.stats.get("")
-            if kept and kept[-1] is report:
-                kept.pop()
-
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-
-    @property
-    def reporter(self) -> Any:
-        return self.config.pluginmanager.get_plugin("terminalreporter")
-
-
-class ErrorDigest:
-    """pytest lists every errored test twice, in its ERRORS section and in the short summary: a dead endpoint
-    made 1,974 prompt errors, about 6,000 lines of the same connection error that buried the gate. The first
-    SHOWN_ERRORS prompt errors are listed, then one line counts the rest (-vv lists them all). Only the
-    listing is cut: the outcome counts, the exit status, JUnit and the results keep every one."""
-
-    SHOWN_ERRORS = 10
-
-    @pytest.hookimpl(wrapper=True, tryfirst=True)  # around the terminal reporter's own: before its sections, after its summary
-    def pytest_terminal_summary(self, terminalreporter: Any) -> Generator[None]:
-        errors: list[Any] = terminalreporter.stats.get("error", [])
-        ours = [r for r in errors if str(getattr(r, "nodeid", "")).startswith("orbench/")]
-        hidden = ours[self.SHOWN_ERRORS:] if terminalreporter.config.get_verbosity() < 2 else []
-        if not hidden:
-            return (yield)
-        left_out = {id(r) for r in hidden}
-        terminalreporter.stats["error"] = [r for r in errors if id(r) not in left_out]
-        try:
-            return (yield)
-        finally:
-            terminalreporter.stats["error"] = errors  # pytest's last line counts every one
-            terminalreporter.write_line(
-                f"... and {len(hidden):,} more prompt errors not listed above (the first {self.SHOWN_ERRORS} are; -vv lists "
-                "all): the summary's errors column counts them, the gate names the most common error, and the results "
-                "JSON has each one", yellow=True)
-
-
-def _endpoint_error(record: Mapping[str, Any]) -> int:
-    """1 when this verdict (a prompt's, or its live base's) is an error of the endpoint, not of the judge."""
-    return int(record.get("verdict") == Verdict.ERROR.value and record.get("error_from") != "judge")
-
-
-def _never_asked(record: Mapping[str, Any]) -> int:
-    """1 when this endpoint error is for a call never made: the calls had stopped before it."""
-    return int(bool(_endpoint_error(record)) and str(record.get("error") or "").startswith(NOT_REQUESTED))
-
-
-def _nothing_ran(coordinator: Coordinator) -> str:
-    """What a session in which no prompt test ran says about the calls made meanwhile (paid for)."""
-    head = "orbench: no prompt test ran: nothing was judged or compared and no results file was written; "
-    if coordinator.draining is not None:
-        return (head + f"the fetch process (pid {coordinator.draining}) stores the replies it was asked for by itself, "
-                "and the next run reuses them")
-    unstored = coordinator.unstored  # --orbench-batch: stopped while its batch was open, not answered
-    stored = len(coordinator.paid) - unstored
-    said = [f"{stored} replies fetched meanwhile are stored, and the next run reuses them"] if stored else []
-    if unstored:
-        said.append(f"{unstored} requests wait in provider batches that are still open: the next run with this store "
-                    "collects them (they are not submitted again)")
-    return head + "; ".join(said) if said else ("orbench: no prompt ran: nothing was asked, judged or compared; no "
-                                                "results file was written")
+        if not self.records and self.facts.datasets and not dry_run(terminalreporter.config):
+            # Everything deselected (-k, -m, node ids) or stopped before the first prompt: say so. The calls
+            # may have started while pytest collected, and answers paid for are stored: say that too.
+            terminalreporter.write_line(nothing_ran(self.fetched.fetch_end(())), yellow=True)
+        if self.not_written is not None:
+            terminalreporter.write_line(f"baseline NOT written: {self.not_written}; {self.settings.baseline} is "
+                                        "unchanged", red=True, bold=True)

@@ -23,6 +23,7 @@ from pytest_orbench.core.records import BaselineDocument, PromptRecord, ResultsD
 from pytest_orbench.core.store import Store
 from pytest_orbench.judging.judges import Judgement, Verdict
 from pytest_orbench.judging.llm_judge import LLMJudge
+from pytest_orbench.run.settings import Settings
 
 
 def flips(reference: BaselineDocument, results: ResultsDocument) -> dict[str, list[str]]:
@@ -199,3 +200,28 @@ def verify(records: list[PromptRecord], reference: BaselineDocument, *, spec: Mo
                          "overturned": tally.overturned, "errors": tally.errors,
                          "overturned_ids": tally.overturned_ids, "first_error": tally.first_error}
     return reference, tallies, verifier
+
+
+def verify_flips(settings: Settings, records: list[PromptRecord], reference: BaselineDocument, store: Store
+                 ) -> tuple[BaselineDocument, dict[str, Any]]:
+    """`verify` with the run's settings: the verified reference, and the tallies and the judge's calls and cost."""
+    s = settings
+    assert s.judge_spec is not None
+    reference, tallies, verifier = verify(records, reference, spec=s.judge_spec, store=store, retries=s.retries,
+                                          concurrency=s.concurrency, live_base=s.base is not None)
+    return reference, {"tallies": tallies, "model": s.judge_spec.model, "calls": verifier.calls,
+                       "cost_usd": None if verifier.cost is None else round(verifier.cost, 6),
+                       "usage": verifier.usage}
+
+
+def attach_verification(results: ResultsDocument, verification: dict[str, Any]) -> None:
+    """`datasets.<name>.comparison.verification` and the run's `verification` (judge model, calls, cost)."""
+    for name, tally in verification["tallies"].items():
+        summary = results["datasets"].get(name)
+        comparison = summary.get("comparison") if summary is not None else None
+        if comparison is None:
+            continue
+        # (--orbench-verify-flips: found, verified, overturned, errors and the verified flips' counts)
+        cast(dict[str, Any], comparison)["verification"] = {
+            **tally, "newly_refused": comparison["newly_refused"], "newly_answered": comparison["newly_answered"]}
+    results["run"]["verification"] = {k: verification[k] for k in ("model", "calls", "cost_usd", "usage")}

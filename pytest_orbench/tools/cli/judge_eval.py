@@ -21,9 +21,9 @@ def run(args: argparse.Namespace) -> int:
     from pytest_orbench.core.jsonfile import dumps, output_problem, write_atomic
     from pytest_orbench.core.store_database import store_problem
     from pytest_orbench.judging.judges import JudgeError
+    from pytest_orbench.judging.labels import LabelsError
     from pytest_orbench.judging.llm_judge import judge_model_spec
     from pytest_orbench.judging.registry import adaptable, calls_llm, make_judge
-    from pytest_orbench.judging.labels import LabelsError
     from pytest_orbench.tools.judge_eval import (
         LabeledError,
         compare_judges,

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from pytest_orbench.judging.registry import CUSTOM, DEFAULT_JUDGE, judge_names, llm_judge_names, names_help, offline_judge_names
+from pytest_orbench.judging.registry import (
+    CUSTOM,
+    DEFAULT_JUDGE,
+    judge_names,
+    llm_judge_names,
+    names_help,
+    offline_judge_names,
+)
 
 # judge-eval --judge, generate --panel-judge
 JUDGE_HELP = f"{names_help()} (default: the plugin's, {DEFAULT_JUDGE})"
