@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pytest_orbench.core.datasets import Prompt
+from pytest_orbench.core.datasets.prompts import Prompt
 from pytest_orbench.fetch.loop import Outcome
 from pytest_orbench.judging.judges import Judgement, Verdict
 from pytest_orbench.run.verdicts import Judged, error_record, prompt_record

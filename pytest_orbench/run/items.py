@@ -16,7 +16,6 @@ from pytest_orbench.analysis.summary import term_safe
 from pytest_orbench.core.datasets.prompts import Prompt
 from pytest_orbench.core.records import PromptRecord
 from pytest_orbench.fetch.loop import Outcome
-from pytest_orbench.fetch.plan import Request
 from pytest_orbench.judging.judges import Verdict
 from pytest_orbench.run.keys import Requests
 

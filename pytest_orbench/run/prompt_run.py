@@ -11,8 +11,8 @@ import pytest
 from pytest_orbench.core.records import PromptRecord
 from pytest_orbench.core.store_database import StoreError
 from pytest_orbench.fetch.coordinator import Coordinator
-from pytest_orbench.fetch.plan import Request
 from pytest_orbench.fetch.loop import Outcome
+from pytest_orbench.fetch.plan import Request
 from pytest_orbench.run.dry_run import dry_run
 from pytest_orbench.run.fetch_start import unusable_store
 from pytest_orbench.run.handover import RecordHandover

@@ -11,10 +11,9 @@ from pytest_orbench.core.store import Store, response_key
 from pytest_orbench.core.store_database import StoreError
 from pytest_orbench.fetch.loop import Outcome
 from pytest_orbench.judging.judges import Judge, Judgement, Verdict
-from pytest_orbench.judging.registry import cached
 from pytest_orbench.judging.llm_calls import final_judgement, reply_text
+from pytest_orbench.judging.registry import cached
 from pytest_orbench.run.verdicts import Judged, needs_verdict
-
 
 
 class ReplyJudge:

@@ -20,9 +20,9 @@ from pytest_orbench.core.datasets.sampling import stratified_sample
 from pytest_orbench.core.records import BaselineDocument
 from pytest_orbench.fetch.coordinator import Coordinator
 from pytest_orbench.judging.adaptation import adapt
-from pytest_orbench.judging.registry import adaptable, make_judge
 from pytest_orbench.judging.keyword_weights import load_model
 from pytest_orbench.judging.labels import Label, labelled, load_labels
+from pytest_orbench.judging.registry import adaptable, make_judge
 from pytest_orbench.run.collection import collect, select
 from pytest_orbench.run.dry_run import dry_run
 from pytest_orbench.run.fetch_start import FetchStart
