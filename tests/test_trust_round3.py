@@ -171,7 +171,7 @@ def test_github_references_and_math_never_form_in_the_comment() -> None:
 def test_a_pass_with_flips_says_both_directions_and_why_it_passed() -> None:
     from pytest_orbench.analysis.baseline import baseline_document
     from pytest_orbench.analysis.gate import assess, parse_gate
-    from pytest_orbench.analysis.summary import change_lines, gate_lines
+    from pytest_orbench.render.terminal import change_lines, gate_lines
     from tests.test_gate import make_results
 
     base = make_results({"hard-1k": [False] * 3 + [True] * 2 + [False] * 95})

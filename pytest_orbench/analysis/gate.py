@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_orbench.analysis.baseline import check_comparable, compare, detectable_of
-from pytest_orbench.analysis.summary import error_shown, pp
+from pytest_orbench.analysis.wording import error_shown, pp
 from pytest_orbench.core.records import (
     BaselineDocument,
     Comparison,

@@ -12,17 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from pytest_orbench.analysis.summary import (
-    P_EXPLAINED,
-    drift_lines,
-    error_shown,
-    pct,
-    pp,
-    rerun_command,
-    verification_summary,
-)
+from pytest_orbench.analysis.wording import error_shown, pct, pp
 from pytest_orbench.core.records import NOT_REQUESTED, ResultsDocument, RunMeta, against_live_base
 from pytest_orbench.render.chart import mermaid, our_points, paper_points
+from pytest_orbench.render.terminal import P_EXPLAINED, drift_lines, rerun_command, verification_summary
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#!|~$])")  # $: GitHub's math ($...$, $$...$$) is off when escaped
 ICON = {"pass": "✅", "fail": "❌", "inconclusive": "⚠️", "ungated": "⚪"}

@@ -13,12 +13,12 @@ from typing import Any, Protocol
 
 import pytest
 
-from pytest_orbench.analysis.summary import term_safe
 from pytest_orbench.core.datasets import Prompt
 from pytest_orbench.core.records import PromptRecord
 from pytest_orbench.fetch.coordinator import Request
 from pytest_orbench.fetch.loop import Outcome
 from pytest_orbench.judging.judges import Verdict
+from pytest_orbench.render.terminal import term_safe
 from pytest_orbench.run.settings import Settings
 
 

@@ -16,17 +16,7 @@ import pytest
 
 from pytest_orbench.analysis.baseline import BaselineError, baseline_document, drift, load_baseline, save_baseline
 from pytest_orbench.analysis.gate import BLOCKING, assess, mark_stopped
-from pytest_orbench.analysis.summary import (
-    drift_lines,
-    gate_lines,
-    judge_audit_lines,
-    results_document,
-    served_versions,
-    summarize,
-    term_safe,
-    terminal_lines,
-    xfail_line,
-)
+from pytest_orbench.analysis.summary import results_document, served_versions, summarize
 from pytest_orbench.core import records as records_module
 from pytest_orbench.core.datasets import Dataset
 from pytest_orbench.core.records import (
@@ -41,6 +31,14 @@ from pytest_orbench.core.records import (
 )
 from pytest_orbench.judging.judges import Judge, Verdict
 from pytest_orbench.render.outputs import write_outputs
+from pytest_orbench.render.terminal import (
+    drift_lines,
+    gate_lines,
+    judge_audit_lines,
+    term_safe,
+    terminal_lines,
+    xfail_line,
+)
 from pytest_orbench.run.progress import ProgressDisplay
 from pytest_orbench.run.settings import Settings
 

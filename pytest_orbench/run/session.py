@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 import pytest
 
 from pytest_orbench.analysis.baseline import BaselineError, check_comparable, load_baseline
-from pytest_orbench.analysis.summary import header_line
 from pytest_orbench.calls.client import scrub
 from pytest_orbench.core.datasets import (
     Dataset,
@@ -50,6 +49,7 @@ from pytest_orbench.judging.judges import ADAPTABLE_JUDGES, Judgement, Verdict, 
 from pytest_orbench.judging.keyword_weights import load_model
 from pytest_orbench.judging.labels import Label, labelled, load_labels, reply_digest
 from pytest_orbench.judging.llm_calls import final_judgement, reply_text
+from pytest_orbench.render.terminal import header_line
 from pytest_orbench.run.items import DatasetNode, PromptItem, Requests
 from pytest_orbench.run.progress import ProgressDisplay
 from pytest_orbench.run.results import ErrorDigest, ReportRelease, RunResults, dry_run, release_item

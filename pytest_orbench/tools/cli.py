@@ -143,8 +143,8 @@ def _batches(args: argparse.Namespace) -> int:
     """The store's provider batches: what is still open (the next run polls it, not submits it again)."""
     from datetime import UTC, datetime
 
-    from pytest_orbench.analysis.summary import term_safe
     from pytest_orbench.core.store import STORE_FILE, Store
+    from pytest_orbench.render.terminal import term_safe
 
     folder = Path(args.store)
     if not (folder / STORE_FILE).is_file():
@@ -175,9 +175,9 @@ def _batches(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     from pytest_orbench.analysis.baseline import BaselineError, load_baseline
     from pytest_orbench.analysis.gate import GateConfigError, assess, parse_gate
-    from pytest_orbench.analysis.summary import gate_lines, terminal_lines
     from pytest_orbench.core.jsonfile import output_problem
     from pytest_orbench.render.outputs import write_outputs
+    from pytest_orbench.render.terminal import gate_lines, terminal_lines
     from pytest_orbench.run.options import MIN_MARKDOWN_CHARS
     from pytest_orbench.run.settings import load_yaml_file
 
@@ -339,8 +339,8 @@ def _judge_eval(args: argparse.Namespace) -> int:
     for line in text_report(result, show=args.show, by=args.by):
         print(line)
     if labels:
-        from pytest_orbench.analysis.summary import term_safe
         from pytest_orbench.judging.audit import summary_line
+        from pytest_orbench.render.terminal import term_safe
 
         audit = result["judge_audit"]
         print(f"judge audit ({term_safe(args.judge_labels)}): the judge {term_safe(summary_line(audit))}")
