@@ -18,7 +18,8 @@ from pytest_orbench.analysis.gate import BLOCKING
 from pytest_orbench.calls.client import scrub
 from pytest_orbench.core.prompt_file import split
 from pytest_orbench.core.records import ResultsDocument, ResultsError, load_results
-from pytest_orbench.render.markdown import error_reasons, md_code, md_text
+from pytest_orbench.render.markdown import error_reasons
+from pytest_orbench.render.markdown_escape import md_code, md_text
 
 OVER_REFUSAL = ("hard-1k", "xstest-safe", "80k")
 TOXIC = ("toxic", "xstest-unsafe")
@@ -27,7 +28,7 @@ TOXIC = ("toxic", "xstest-unsafe")
 def _plain(text: str) -> str:
     """An annotation's text: one line, control, bidi and other invisible characters shown as [U+001B], never obeyed
     (an endpoint's error can carry ESC, BEL or U+202E), as the comment and the terminal show them."""
-    from pytest_orbench.render.markdown import visible
+    from pytest_orbench.render.markdown_escape import visible
 
     return visible(" ".join(str(text).split()))
 

@@ -597,7 +597,7 @@ def test_a_refused_update_never_leaves_the_earlier_verdict(env: dict[str, str], 
 
 
 def test_four_hundred_datasets_fit_with_the_failed_ones_shown_first() -> None:
-    from pytest_orbench.render.markdown import render_markdown_within
+    from pytest_orbench.render.markdown_fit import render_markdown_within
 
     results = many_categories(10)
     # 400 datasets: copies of hard-1k under other names, one of them the regressed one.

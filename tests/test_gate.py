@@ -21,7 +21,9 @@ from pytest_orbench.analysis.baseline import (
 from pytest_orbench.analysis.gate import GateConfigError, assess, evaluate, parse_gate
 from pytest_orbench.analysis.summary import results_document, summarize
 from pytest_orbench.core.records import ResultsError, load_results
-from pytest_orbench.render.markdown import md_escape, render_markdown, render_markdown_within
+from pytest_orbench.render.markdown import render_markdown
+from pytest_orbench.render.markdown_escape import md_escape
+from pytest_orbench.render.markdown_fit import render_markdown_within
 from pytest_orbench.render.terminal import gate_lines
 
 

@@ -161,7 +161,7 @@ def test_config_and_prompt_files_that_cannot_be_used_are_named_with_the_fix(pyte
 
 
 def test_github_references_and_math_never_form_in_the_comment() -> None:
-    from pytest_orbench.render.markdown import md_escape
+    from pytest_orbench.render.markdown_escape import md_escape
 
     text = md_escape("fixes GH-45 and gh-7; costs $5 and $x^2$ or $$y$$")
     assert "GH\u200b-45" in text and "gh\u200b-7" in text

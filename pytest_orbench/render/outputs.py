@@ -17,7 +17,7 @@ def junit_xml(results: ResultsDocument) -> str:
     """One testcase per gate check: a failed check fails, an inconclusive one errors."""
     from junit_xml import TestCase, TestSuite, to_xml_report_string
 
-    from pytest_orbench.render.markdown import visible
+    from pytest_orbench.render.markdown_escape import visible
 
     cases = []
     for check in results.get("gate", {}).get("checks", []):
@@ -105,7 +105,7 @@ def write_outputs(results: ResultsDocument, *, json: Path | None = None, markdow
         return render(*args)
 
     def render_markdown() -> str:
-        from pytest_orbench.render.markdown import (  # only runs that write one
+        from pytest_orbench.render.markdown_fit import (  # only runs that write one
             GITHUB_COMMENT_LIMIT,
             render_markdown_within,
         )
