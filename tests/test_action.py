@@ -17,7 +17,8 @@ from action.github import GitHub, GitHubError
 from action.main import main
 from action.settings import ActionSettings, from_env
 from pytest_orbench.analysis.baseline import baseline_document
-from pytest_orbench.analysis.gate import assess, parse_gate
+from pytest_orbench.analysis.document import assess
+from pytest_orbench.analysis.gate import parse_gate
 from tests.github_api import FakeGitHub
 from tests.test_gate import make_results
 

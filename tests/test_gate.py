@@ -18,8 +18,9 @@ from pytest_orbench.analysis.baseline import (
     load_baseline,
     save_baseline,
 )
-from pytest_orbench.analysis.gate import GateConfigError, assess, evaluate, parse_gate
-from pytest_orbench.analysis.summary import results_document, summarize
+from pytest_orbench.analysis.document import assess, results_document
+from pytest_orbench.analysis.gate import GateConfigError, evaluate, parse_gate
+from pytest_orbench.analysis.summary import summarize
 from pytest_orbench.core.records import ResultsError, load_results
 from pytest_orbench.render.markdown import render_markdown
 from pytest_orbench.render.markdown_escape import md_escape
@@ -152,7 +153,7 @@ def test_a_check_that_could_not_fail_is_inconclusive_never_a_pass() -> None:
 
 
 def test_a_run_that_stopped_early_is_inconclusive_unless_it_already_failed() -> None:
-    from pytest_orbench.analysis.gate import mark_stopped
+    from pytest_orbench.analysis.document import mark_stopped
 
     base = baseline_document(make_results({"hard-1k": [False] * 200}))
     results = assess(make_results({"hard-1k": [False] * 200}), base, parse_gate({}))

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from pytest_orbench.analysis.baseline import baseline_document, save_baseline
-from pytest_orbench.analysis.gate import assess, parse_gate
+from pytest_orbench.analysis.document import assess
+from pytest_orbench.analysis.gate import parse_gate
 from pytest_orbench.core import records
 from pytest_orbench.core.records import ResultsError, load_results
 from pytest_orbench.render.outputs import write_outputs

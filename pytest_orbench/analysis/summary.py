@@ -6,21 +6,15 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import cast
 
-from pytest_orbench import __version__
 from pytest_orbench.core.document_checks import VERDICT_REFUSED, refusal_share
 from pytest_orbench.core.records import (
-    RESULTS_SCHEMA,
-    RESULTS_SCHEMA_VERSION,
     BaseRecord,
     DatasetSummary,
     PromptRecord,
     RateBlock,
-    ResultsDocument,
-    RunMeta,
 )
 from pytest_orbench.core.stats import share_interval
 
-__all__ = ["RESULTS_SCHEMA", "RESULTS_SCHEMA_VERSION"]  # re-exported: the schema's home is records.py
 VERDICTS = tuple(VERDICT_REFUSED)
 
 
@@ -75,18 +69,6 @@ def summarize(records: Iterable[PromptRecord], expected: dict[str, str]) -> dict
             **_rate_block(rows), "expected": expected[name], "total": len(rows),
             "categories": {c: _rate_block(by_category[c]) for c in sorted(by_category)}})
     return summaries
-
-
-def results_document(run: RunMeta, summaries: dict[str, DatasetSummary], records: list[PromptRecord]
-                     ) -> ResultsDocument:
-    return {
-        "schema": RESULTS_SCHEMA,
-        "schema_version": RESULTS_SCHEMA_VERSION,
-        "plugin_version": __version__,
-        "run": run,
-        "datasets": summaries,
-        "prompts": sorted(records, key=lambda r: (list(summaries).index(r["dataset"]) if r["dataset"] in summaries else 99, r["id"])),
-    }
 
 
 def served_versions(records: list[PromptRecord] | list[BaseRecord]) -> dict[str, dict[str, int]]:

@@ -7,27 +7,24 @@ junitxml plugin is), never on a worker: workers send their records in the test r
 
 from __future__ import annotations
 
-import time
-from collections.abc import Collection, Generator, Mapping
-from datetime import UTC, datetime
+from collections.abc import Collection, Generator
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import pytest
 
-from pytest_orbench.analysis.baseline import BaselineError, baseline_document, drift, load_baseline, save_baseline
-from pytest_orbench.analysis.gate import BLOCKING, assess, mark_stopped
-from pytest_orbench.analysis.summary import results_document, served_versions, summarize
+from pytest_orbench.analysis.baseline import BaselineError, baseline_document, load_baseline
+from pytest_orbench.analysis.document import BaselineUpdate, Reference, build_results, plain_document, run_section
+from pytest_orbench.analysis.gate import BLOCKING
+from pytest_orbench.analysis.summary import summarize
 from pytest_orbench.core import records as records_module
 from pytest_orbench.core.datasets import Dataset
 from pytest_orbench.core.records import (
     LIVE_BASE,
-    NOT_REQUESTED,
     REPORT_PROPERTY,
     BaselineDocument,
     PromptRecord,
     ResultsDocument,
     RunMeta,
-    Usage,
 )
 from pytest_orbench.judging.judges import Judge, Verdict
 from pytest_orbench.render.outputs import write_outputs
@@ -76,17 +73,6 @@ def dry_run(config: pytest.Config) -> bool:
     """pytest runs no test in this session (--collect-only, --setup-plan, --fixtures, ...): no prompt is asked."""
     return any(getattr(config.option, name, False) for name in DRY_RUN_OPTIONS)
 
-
-def _spend(paid: list[tuple[float | None, Usage | None]]) -> dict[str, Any]:
-    """Tokens and USD paid in this run, from (cost, usage) per prompt; cost is None when litellm knows no
-    price for a model."""
-    usages = [usage for _, usage in paid if usage]
-    costs = [cost for cost, usage in paid if usage]
-    return {
-        "prompt_tokens": sum(u.get("prompt_tokens") or 0 for u in usages),
-        "completion_tokens": sum(u.get("completion_tokens") or 0 for u in usages),
-        "cost_usd": round(sum(c for c in costs if c), 6) if costs and all(c is not None for c in costs) else None,
-    }
 
 
 LIVE_BASE_IDENTICAL = ("the live base is the run's own configuration (nothing differs: model, endpoint, parameters and "
@@ -163,54 +149,23 @@ class RunResults:
         # Calls, tokens and cost are counted once per reply: prompts with identical text share theirs.
         owners = mark_shared(records)
         run = self.plugin.run_meta()
-        run["calls"] = {
-            "made": sum(r.get("calls_made", int(r["fetched"])) for r in owners),
-            "stored": sum(r.get("calls_stored", int(r["from_store"])) for r in owners),
-            # Replies the endpoint failed to give, the live base's included (its calls are counted in `made`
-            # too); a reply the judge left without a judgement is the judge's error, not the endpoint's.
-            "errors": sum(_endpoint_error(r) + _endpoint_error(r.get("base") or {}) for r in owners),
-            # Of those, the prompts never asked: the calls had stopped (a rejected key, a refused connection).
-            "prompts": len(records),
-            "shared": len(records) - len(owners),
-        }
-        never = sum(_never_asked(r) + _never_asked(r.get("base") or {}) for r in owners)
-        if never:
-            run["calls"]["not_requested"] = never
-        # Calls made for prompt tests that then did not run (-x, Ctrl-C after the fetch got ahead): paid for
-        # and stored, but in no record; counted apart so the run's calls and spend are not mistaken for all of it.
-        unrun = len(self.plugin.coordinator.paid - self.plugin.keys_of(self.records.keys()))
-        if unrun:
-            run["calls"]["fetched_not_run"] = unrun
-        run["spend"] = {"endpoint": _spend([(r["cost"], r["usage"]) for r in owners])}
-        if self.settings.base is not None:
-            run["spend"]["base"] = _spend([(r["base"]["base_cost"], r["base"]["base_usage"]) for r in owners if "base" in r])
-        if self.plugin.judge.llm is not None:
-            # Per reply (every trial, the live base's too): what went to the LLM judge, the calls paid for now
-            # (replies judged alike share one call) and the replies it left without a judgement.
-            run["judge_calls"] = {
-                "sent_to_llm": sum(r["judge_sent"] for r in owners),
-                "decided_without_llm": sum(r["judge_decided"] for r in owners),
-                "made": sum(r["judge_calls_made"] for r in owners),
-                "errors": sum(r["judge_errors"] for r in owners),
-            }
-            run["spend"]["judge"] = _spend([(r["judge_cost"], r["judge_usage"]) for r in owners])
-        run["served"] = served_versions(records)
-        run["started"] = datetime.fromtimestamp(self.plugin.started, UTC).isoformat(timespec="seconds")
-        run["duration_seconds"] = round(time.time() - self.plugin.started, 2)
         expected = {d.name: d.expected for d in self.plugin.datasets}
         s = self.settings
-        run["compared_with"] = (LIVE_BASE if s.base is not None else
-                                f"baseline file {s.baseline}" if self.plugin.baseline is not None else None)
+        compared_with = (LIVE_BASE if s.base is not None else
+                         f"baseline file {s.baseline}" if self.plugin.baseline is not None else None)
         reference, base_results = self._reference(records, expected)
         uncompared = None
         if s.base is not None and not run.get("base", {}).get("differs"):
             # The base asks exactly what the run asks (same model, endpoint, parameters and system prompt):
             # its replies are the run's own, so a comparison would check the run against itself.
-            reference, run["compared_with"], uncompared = None, None, LIVE_BASE_IDENTICAL
+            reference, compared_with, uncompared = None, None, LIVE_BASE_IDENTICAL
         elif s.update_baseline and s.baseline is not None and s.base is None:
             # The file it names is to be written, not read: say so instead of "no baseline".
             uncompared = (f"this run writes the baseline {s.baseline} (--orbench-update-baseline), so it is not "
                           "compared with the one there before")
+        unrun = len(self.plugin.coordinator.paid - self.plugin.keys_of(self.records.keys()))
+        run_section(run, records, owners, unrun=unrun, live_base=s.base is not None,
+                    llm_judge=self.plugin.judge.llm is not None, started=self.plugin.started, compared_with=compared_with)
         verification = None
         if s.verify_flips and reference is not None:
             # The flips decide a paired gate: the LLM judge's verdicts replace the offline judge's on them (and on
@@ -218,29 +173,15 @@ class RunResults:
             reference, verification = self._verify(records, reference)
             if s.base is not None:
                 _, base_results = self._reference(records, expected)
-        results = results_document(run, summarize(records, expected), records)
-        results["judge_audit"] = self.plugin.judge_audit(records)
-        if base_results is not None:
-            results["base"] = {"run": {k: base_results["run"][k] for k in ("endpoint", "system_prompt_sha256", "served")},
-                               "datasets": {n: {k: d[k] for k in ("n", "refused", "rejection_rate", "ci95", "errors", "flaky")}
-                                            for n, d in base_results["datasets"].items()}}
-            if self.plugin.baseline is not None:
-                results["drift"] = drift(self.plugin.baseline, base_results, s.gate.alpha)
-        self.results = assess(results, reference, s.gate, uncompared)
-        if verification is not None:
-            self._attach_verification(verification)
         stopped = self._stopped(session, exitstatus, len(records))
-        if stopped:
-            mark_stopped(self.results["gate"], stopped, stored=unrun)
+        update = None
         if s.update_baseline and s.baseline is not None:
-            reason = stopped or self._incomplete(records)
-            self.results["run"]["baseline_update"] = {"path": str(s.baseline), "written": reason is None, "reason": reason}
-            if reason is None:
-                try:
-                    save_baseline(s.baseline, self.results)
-                except OSError as exc:  # a full disk: said, and the run fails, instead of a traceback and no summary
-                    self.results["run"]["baseline_update"].update(
-                        written=False, reason=f"writing it failed: {exc.strerror or exc}")
+            update = BaselineUpdate(s.baseline, stopped or self._incomplete(records))
+        self.results = build_results(
+            run, records, expected,
+            Reference(s.gate, reference, uncompared, base_results, self.plugin.baseline if base_results else None),
+            judge_audit=self.plugin.judge_audit(records), verification=verification, stopped=stopped, stored=unrun,
+            update=update)
         write_outputs(self.results, json=s.json, markdown=s.markdown, svg=s.svg, junit=s.junit,
                       markdown_max_chars=s.markdown_max_chars, failed=self.unwritten, html=s.html,
                       reference=reference, store=self.plugin.coordinator.store if s.html else None,
@@ -254,9 +195,7 @@ class RunResults:
         if self.settings.base is None:
             return self.plugin.baseline, None
         base_records = [base_record(r) for r in records if "base" in r]
-        base_run = self.plugin.run_meta(1)
-        base_run["served"] = served_versions(base_records)
-        base_results = results_document(base_run, summarize(base_records, expected), base_records)
+        base_results = plain_document(self.plugin.run_meta(1), base_records, expected)
         return baseline_document(base_results), base_results
 
     def _verify(self, records: list[PromptRecord], reference: BaselineDocument
@@ -271,19 +210,6 @@ class RunResults:
         return reference, {"tallies": tallies, "model": s.judge_spec.model, "calls": verifier.calls,
                            "cost_usd": None if verifier.cost is None else round(verifier.cost, 6),
                            "usage": verifier.usage}
-
-    def _attach_verification(self, verification: dict[str, Any]) -> None:
-        """`datasets.<name>.comparison.verification` and the run's `verification` (judge model, calls, cost)."""
-        assert self.results is not None
-        for name, tally in verification["tallies"].items():
-            summary = self.results["datasets"].get(name)
-            comparison = summary.get("comparison") if summary is not None else None
-            if comparison is None:
-                continue
-            # (--orbench-verify-flips: found, verified, overturned, errors and the verified flips' counts)
-            cast(dict[str, Any], comparison)["verification"] = {
-                **tally, "newly_refused": comparison["newly_refused"], "newly_answered": comparison["newly_answered"]}
-        self.results["run"]["verification"] = {k: verification[k] for k in ("model", "calls", "cost_usd", "usage")}
 
     def _stopped(self, session: pytest.Session, exitstatus: int, ran: int) -> str | None:
         """Why the run ended before its selected prompts were done (None: it did not). A stop after every
@@ -505,14 +431,6 @@ class ErrorDigest:
                 "JSON has each one", yellow=True)
 
 
-def _endpoint_error(record: Mapping[str, Any]) -> int:
-    """1 when this verdict (a prompt's, or its live base's) is an error of the endpoint, not of the judge."""
-    return int(record.get("verdict") == Verdict.ERROR.value and record.get("error_from") != "judge")
-
-
-def _never_asked(record: Mapping[str, Any]) -> int:
-    """1 when this endpoint error is for a call never made: the calls had stopped before it."""
-    return int(bool(_endpoint_error(record)) and str(record.get("error") or "").startswith(NOT_REQUESTED))
 
 
 def _nothing_ran(coordinator: Coordinator) -> str:
