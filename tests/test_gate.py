@@ -701,7 +701,7 @@ def test_detectable_regression_accounts_for_holm_across_checks() -> None:
 
 
 def test_trade_off_chart_shows_the_change_the_table_shows() -> None:
-    from pytest_orbench.render.outputs import tradeoff_svg
+    from pytest_orbench.render.chart import tradeoff_svg
 
     # The baseline errored on 10 safe prompts that this run refuses: on the 90 paired prompts nothing moved
     # (the table: 0.0% -> 0.0%, +0.0 pp), so the chart may not draw a +10 pp move in over-refusal.
@@ -821,7 +821,7 @@ def test_a_live_base_error_quoting_a_toxic_prompt_is_withheld_from_the_gate_and_
 
 
 def test_junit_shows_invisible_characters_of_untrusted_check_text_instead_of_obeying_them() -> None:
-    from pytest_orbench.render.outputs import junit_xml
+    from pytest_orbench.render.junit import junit_xml
 
     results = make_results({"hard-1k": [False] * 4})
     results["gate"] = {"checks": [{"name": "hard-1k live base error budget", "dataset": "hard-1k", "outcome": "inconclusive",

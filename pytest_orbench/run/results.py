@@ -27,7 +27,7 @@ from pytest_orbench.core.records import (
     RunMeta,
 )
 from pytest_orbench.judging.judges import Judge, Verdict
-from pytest_orbench.render.outputs import write_outputs
+from pytest_orbench.render.outputs import FORMATS, write_outputs
 from pytest_orbench.render.terminal import (
     drift_lines,
     gate_lines,
@@ -182,10 +182,9 @@ class RunResults:
             Reference(s.gate, reference, uncompared, base_results, self.plugin.baseline if base_results else None),
             judge_audit=self.plugin.judge_audit(records), verification=verification, stopped=stopped, stored=unrun,
             update=update)
-        write_outputs(self.results, json=s.json, markdown=s.markdown, svg=s.svg, junit=s.junit,
-                      markdown_max_chars=s.markdown_max_chars, failed=self.unwritten, html=s.html,
-                      reference=reference, store=self.plugin.coordinator.store if s.html else None,
-                      labels=s.judge_labels is not None)
+        write_outputs(self.results, {f.key: getattr(s, f.key) for f in FORMATS},
+                      markdown_max_chars=s.markdown_max_chars, failed=self.unwritten, reference=reference,
+                      store=self.plugin.coordinator.store if s.html else None, labels=s.judge_labels is not None)
         self._set_exit_status(session, records)
 
     def _reference(self, records: list[PromptRecord], expected: dict[str, str]

@@ -204,8 +204,7 @@ def _compare(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     for line in terminal_lines(results["run"], results["datasets"], categories=False) + [""] + gate_lines(results):
         print(line)
-    for path in write_outputs(results, json=paths["json"], markdown=paths["markdown"], svg=paths["svg"],
-                              junit=paths["junit"], markdown_max_chars=args.max_chars):
+    for path in write_outputs(results, paths, markdown_max_chars=args.max_chars):
         print(f"wrote {path}")
     from pytest_orbench.analysis.gate import BLOCKING
 
