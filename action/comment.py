@@ -21,7 +21,7 @@ def marker(config_id: str) -> str:
 
 def build_body(results: ResultsDocument, config_id: str, max_chars: int = GITHUB_LIMIT) -> str:
     # Imported here: without results (install_failed.py) this module runs on the runner's bare Python.
-    from pytest_orbench.render.markdown import render_markdown_within
+    from pytest_orbench.render.markdown_fit import render_markdown_within
 
     head = marker(config_id) + "\n"
     return head + render_markdown_within(results, max_chars - len(head))
@@ -29,7 +29,7 @@ def build_body(results: ResultsDocument, config_id: str, max_chars: int = GITHUB
 
 def verdict_body(results: ResultsDocument, config_id: str, why: str) -> str:
     """This run's verdict alone, for when GitHub refused the full report."""
-    from pytest_orbench.render.markdown import minimal_markdown
+    from pytest_orbench.render.markdown_fit import minimal_markdown
 
     head = marker(config_id) + "\n"
     return head + minimal_markdown(results, 4000 - len(head), why)

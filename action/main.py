@@ -19,7 +19,8 @@ from pytest_orbench.calls.scrubbing import scrub
 from pytest_orbench.core.datasets.registry import of_role
 from pytest_orbench.core.prompt_file import split
 from pytest_orbench.core.records import ResultsDocument, ResultsError, load_results
-from pytest_orbench.render.markdown import error_reasons, md_code, md_text
+from pytest_orbench.render.markdown import error_reasons
+from pytest_orbench.render.markdown_escape import md_code, md_text
 
 OVER_REFUSAL = of_role("over-refusal")  # the datasets whose rate the outputs report, the first that ran
 TOXIC = of_role("toxic")
@@ -28,7 +29,7 @@ TOXIC = of_role("toxic")
 def _plain(text: str) -> str:
     """An annotation's text: one line, control, bidi and other invisible characters shown as [U+001B], never obeyed
     (an endpoint's error can carry ESC, BEL or U+202E), as the comment and the terminal show them."""
-    from pytest_orbench.render.markdown import visible
+    from pytest_orbench.render.markdown_escape import visible
 
     return visible(" ".join(str(text).split()))
 

@@ -17,7 +17,8 @@ from action.github import GitHub, GitHubError
 from action.main import main
 from action.settings import ActionSettings, from_env
 from pytest_orbench.analysis.baseline import baseline_document
-from pytest_orbench.analysis.gate import assess, parse_gate
+from pytest_orbench.analysis.document import assess
+from pytest_orbench.analysis.gate import parse_gate
 from tests.github_api import FakeGitHub
 from tests.test_gate import make_results
 
@@ -597,7 +598,7 @@ def test_a_refused_update_never_leaves_the_earlier_verdict(env: dict[str, str], 
 
 
 def test_four_hundred_datasets_fit_with_the_failed_ones_shown_first() -> None:
-    from pytest_orbench.render.markdown import render_markdown_within
+    from pytest_orbench.render.markdown_fit import render_markdown_within
 
     results = many_categories(10)
     # 400 datasets: copies of hard-1k under other names, one of them the regressed one.

@@ -18,10 +18,14 @@ from pytest_orbench.analysis.baseline import (
     load_baseline,
     save_baseline,
 )
-from pytest_orbench.analysis.gate import GateConfigError, assess, evaluate, parse_gate
-from pytest_orbench.analysis.summary import gate_lines, results_document, summarize
+from pytest_orbench.analysis.document import assess, results_document
+from pytest_orbench.analysis.gate import GateConfigError, evaluate, parse_gate
+from pytest_orbench.analysis.summary import summarize
 from pytest_orbench.core.records import ResultsError, load_results
-from pytest_orbench.render.markdown import md_escape, render_markdown, render_markdown_within
+from pytest_orbench.render.markdown import render_markdown
+from pytest_orbench.render.markdown_escape import md_escape
+from pytest_orbench.render.markdown_fit import render_markdown_within
+from pytest_orbench.render.terminal import gate_lines
 
 
 def make_results(refused: dict[str, list[bool | None]], *, system: str | None = None, judge_version: str = "1",
@@ -84,7 +88,7 @@ def test_toxic_regression_is_fewer_refusals() -> None:
 def test_no_move_is_plus_zero_in_every_output() -> None:
     import math
 
-    from pytest_orbench.analysis.summary import pp
+    from pytest_orbench.analysis.wording import pp
 
     # Toxic unchanged: its check once said "-0.0 pp in the regression direction" (and the JSON -0.0) beside
     # the table's "+0.0 pp"; refusal shares summed in another order leave -1e-17, once printed "-0.0 pp".
@@ -149,7 +153,7 @@ def test_a_check_that_could_not_fail_is_inconclusive_never_a_pass() -> None:
 
 
 def test_a_run_that_stopped_early_is_inconclusive_unless_it_already_failed() -> None:
-    from pytest_orbench.analysis.gate import mark_stopped
+    from pytest_orbench.analysis.document import mark_stopped
 
     base = baseline_document(make_results({"hard-1k": [False] * 200}))
     results = assess(make_results({"hard-1k": [False] * 200}), base, parse_gate({}))
@@ -452,7 +456,7 @@ def test_md_escape() -> None:
 
 
 def test_term_safe_strips_escapes_and_bidi() -> None:
-    from pytest_orbench.analysis.summary import term_safe
+    from pytest_orbench.render.terminal import term_safe
 
     assert term_safe("a\x1b[31mred\x00\u202eb\nc\td") == "a\ufffd[31mred\ufffd\ufffdb c d"
     assert term_safe("x" * 20, limit=5) == "xxxx…"
@@ -474,7 +478,7 @@ def test_no_baseline_and_no_limits_is_ungated_never_pass() -> None:
                      parse_gate({}))
     gate = results["gate"]
     assert gate["verdict"] == "ungated" and not gate["passed"] and gate["note"] == "no baseline, no limits: rates only"
-    from pytest_orbench.analysis.summary import gate_lines
+    from pytest_orbench.render.terminal import gate_lines
 
     assert gate_lines(results)[0].startswith("orbench gate: UNGATED: no baseline, no limits: rates only")
     body = render_markdown(results)
@@ -510,7 +514,7 @@ def test_regressions_are_decided_on_holm_adjusted_p() -> None:
     alone = assess(make_results({"hard-1k": [True] * 5 + [False] * 195}),
                    baseline_document(make_results({"hard-1k": [False] * 200})), parse_gate({}))
     assert alone["gate"]["verdict"] == "fail"  # one check: no adjustment
-    from pytest_orbench.analysis.summary import P_EXPLAINED, terminal_lines
+    from pytest_orbench.render.terminal import P_EXPLAINED, terminal_lines
 
     lines = terminal_lines(results["run"], results["datasets"])
     assert P_EXPLAINED in lines and any("p adj." in line for line in lines)
@@ -530,7 +534,7 @@ def test_a_partly_shared_baseline_compares_what_it_can_and_says_what_not() -> No
     gate = results["gate"]
     assert gate["compared"] == ["hard-1k"] and gate["not_compared"] == ["toxic"] and gate["baseline_only"] == []
     assert "comparison" not in results["datasets"]["toxic"]
-    from pytest_orbench.analysis.summary import gate_lines
+    from pytest_orbench.render.terminal import gate_lines
 
     assert "  not compared (not in the baseline): toxic" in gate_lines(results)
     assert "Not compared: toxic (not in the baseline)" in render_markdown(results)
@@ -697,7 +701,7 @@ def test_detectable_regression_accounts_for_holm_across_checks() -> None:
 
 
 def test_trade_off_chart_shows_the_change_the_table_shows() -> None:
-    from pytest_orbench.render.outputs import tradeoff_svg
+    from pytest_orbench.render.chart import tradeoff_svg
 
     # The baseline errored on 10 safe prompts that this run refuses: on the 90 paired prompts nothing moved
     # (the table: 0.0% -> 0.0%, +0.0 pp), so the chart may not draw a +10 pp move in over-refusal.
@@ -747,7 +751,7 @@ def test_a_live_base_that_errored_beyond_the_budget_is_inconclusive_within_it_co
 
 
 def test_terminal_table_shows_no_made_up_delta_when_nothing_was_paired() -> None:
-    from pytest_orbench.analysis.summary import terminal_lines
+    from pytest_orbench.render.terminal import terminal_lines
 
     results = assess(make_results({"hard-1k": [None] * 10}), baseline_document(make_results({"hard-1k": [False] * 10})),
                      parse_gate({}))
@@ -792,7 +796,8 @@ def _toxic_live_base(errors: list[str]) -> dict[str, Any]:
 def test_a_live_base_error_quoting_a_toxic_prompt_is_withheld_from_the_gate_and_the_report() -> None:
     import cmarkgfm
 
-    from pytest_orbench.analysis.summary import WITHHELD_ERROR, gate_lines
+    from pytest_orbench.analysis.wording import WITHHELD_ERROR
+    from pytest_orbench.render.terminal import gate_lines
 
     # An endpoint that echoes the request: the toxic prompt's text (as is, or JSON-escaped in a body)
     # reached the gate's check message, and from there the PR comment, which never shows toxic prompts.
@@ -816,7 +821,7 @@ def test_a_live_base_error_quoting_a_toxic_prompt_is_withheld_from_the_gate_and_
 
 
 def test_junit_shows_invisible_characters_of_untrusted_check_text_instead_of_obeying_them() -> None:
-    from pytest_orbench.render.outputs import junit_xml
+    from pytest_orbench.render.junit import junit_xml
 
     results = make_results({"hard-1k": [False] * 4})
     results["gate"] = {"checks": [{"name": "hard-1k live base error budget", "dataset": "hard-1k", "outcome": "inconclusive",

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from pytest_orbench.analysis.baseline import baseline_document, save_baseline
-from pytest_orbench.analysis.gate import assess, parse_gate
+from pytest_orbench.analysis.document import assess
+from pytest_orbench.analysis.gate import parse_gate
 from pytest_orbench.core import records
 from pytest_orbench.core.records import ResultsError, load_results
 from pytest_orbench.render.outputs import write_outputs
@@ -32,7 +33,7 @@ def large_run(n: int) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def test_a_large_run_writes_the_prompts_that_matter_and_every_record_beside_it(tmp_path: Path) -> None:
     results, _ = large_run(records.FULL_PROMPTS_MAX + 1)
-    written = write_outputs(results, json=tmp_path / "r.json")  # type: ignore[arg-type]
+    written = write_outputs(results, {"json": tmp_path / "r.json"})  # type: ignore[arg-type]
     assert written == [tmp_path / "r.prompts.jsonl", tmp_path / "r.json"]
     head = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
     kept = {p["id"] for p in head["prompts"]}
@@ -49,14 +50,14 @@ def test_a_large_run_writes_the_prompts_that_matter_and_every_record_beside_it(t
 
 def test_up_to_the_limit_the_results_json_stays_one_file(tmp_path: Path) -> None:
     results, _ = large_run(records.FULL_PROMPTS_MAX)
-    assert write_outputs(results, json=tmp_path / "r.json") == [tmp_path / "r.json"]  # type: ignore[arg-type]
+    assert write_outputs(results, {"json": tmp_path / "r.json"}) == [tmp_path / "r.json"]  # type: ignore[arg-type]
     head = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
     assert "prompts_file" not in head and len(head["prompts"]) == records.FULL_PROMPTS_MAX
 
 
 def test_the_two_files_of_one_run_must_stay_together(tmp_path: Path) -> None:
     results, _ = large_run(records.FULL_PROMPTS_MAX + 1)
-    write_outputs(results, json=tmp_path / "r.json")  # type: ignore[arg-type]
+    write_outputs(results, {"json": tmp_path / "r.json"})  # type: ignore[arg-type]
     lines = tmp_path / "r.prompts.jsonl"
     original = lines.read_bytes()
     lines.write_bytes(original.replace(b'"refused": true', b'"refused": false', 1))  # edited, or another run's
@@ -80,7 +81,7 @@ def test_compare_and_the_action_read_the_two_part_form(tmp_path: Path, monkeypat
     results, _ = large_run(records.FULL_PROMPTS_MAX + 1)
     before = make_results({"hard-1k": [False] * (records.FULL_PROMPTS_MAX + 1 - 10) + [True] * 10})
     save_baseline(tmp_path / "baseline.json", before)  # type: ignore[arg-type]
-    write_outputs(results, json=tmp_path / "r.json")  # type: ignore[arg-type]
+    write_outputs(results, {"json": tmp_path / "r.json"})  # type: ignore[arg-type]
     monkeypatch.chdir(tmp_path)
     assert cli(["compare", "baseline.json", "r.json", "--markdown", "c.md"]) == 1
     out = capsys.readouterr().out

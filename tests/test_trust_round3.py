@@ -29,7 +29,8 @@ def test_annotations_show_control_characters_instead_of_obeying_them(tmp_path: P
     for prompt in results["prompts"][:5]:
         prompt["error"] = "HTTP 503 from gw: \x1b[31mdown\x1b[0m\x07 \u202eevil"
         prompt["error_from"] = "endpoint"
-    from pytest_orbench.analysis.gate import assess, parse_gate
+    from pytest_orbench.analysis.document import assess
+    from pytest_orbench.analysis.gate import parse_gate
 
     results = assess(results, None, parse_gate({}))
     path = tmp_path / "results.json"
@@ -161,7 +162,7 @@ def test_config_and_prompt_files_that_cannot_be_used_are_named_with_the_fix(pyte
 
 
 def test_github_references_and_math_never_form_in_the_comment() -> None:
-    from pytest_orbench.render.markdown import md_escape
+    from pytest_orbench.render.markdown_escape import md_escape
 
     text = md_escape("fixes GH-45 and gh-7; costs $5 and $x^2$ or $$y$$")
     assert "GH\u200b-45" in text and "gh\u200b-7" in text
@@ -170,8 +171,9 @@ def test_github_references_and_math_never_form_in_the_comment() -> None:
 
 def test_a_pass_with_flips_says_both_directions_and_why_it_passed() -> None:
     from pytest_orbench.analysis.baseline import baseline_document
-    from pytest_orbench.analysis.gate import assess, parse_gate
-    from pytest_orbench.analysis.summary import change_lines, gate_lines
+    from pytest_orbench.analysis.document import assess
+    from pytest_orbench.analysis.gate import parse_gate
+    from pytest_orbench.render.terminal import change_lines, gate_lines
     from tests.test_gate import make_results
 
     base = make_results({"hard-1k": [False] * 3 + [True] * 2 + [False] * 95})

@@ -9,10 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_orbench.analysis.baseline import check_comparable, compare, detectable_of
-from pytest_orbench.analysis.summary import error_shown, pp
+from pytest_orbench.analysis.baseline import detectable_of
+from pytest_orbench.analysis.wording import error_shown, pp
 from pytest_orbench.core.records import (
-    BaselineDocument,
     Comparison,
     GateCheck,
     GateResult,
@@ -93,7 +92,7 @@ def parse_gate(data: dict[str, Any] | None, overrides: dict[str, float | None] |
     return GateConfig(datasets=datasets, **values)
 
 
-def _check(name: str, dataset: str, kind: str, observed: float | None, limit: float, outcome: str, message: str
+def gate_check(name: str, dataset: str, kind: str, observed: float | None, limit: float, outcome: str, message: str
            ) -> GateCheck:
     return {"name": name, "dataset": dataset, "kind": kind, "observed": observed, "limit": limit,
             "outcome": outcome, "message": message}
@@ -138,7 +137,7 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
         unscored = summary.get("unscored", 0)
         error_share = (summary["errors"] + unscored) / total if total else 0.0
         over = error_share > config.error_budget
-        checks.append(_check(
+        checks.append(gate_check(
             f"{name} error budget", name, "errors", error_share, config.error_budget,
             "inconclusive" if over else "pass",
             f"{summary['errors']} of {total} prompts errored"
@@ -153,7 +152,7 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
             base_missing = total - base["n"]
             base_share = base_missing / total if total else 0.0
             base_over = base_share > config.error_budget
-            checks.append(_check(
+            checks.append(gate_check(
                 f"{name} live base error budget", name, "errors", base_share, config.error_budget,
                 "inconclusive" if base_over else "pass",
                 f"{base_missing} of {total} prompts got no verdict under the live base "
@@ -169,7 +168,7 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
             else:
                 outcome = "fail" if (rate > limit if bound == "max" else rate < limit) else "pass"
             relation = "at most" if bound == "max" else "at least"
-            checks.append(_check(
+            checks.append(gate_check(
                 f"{name} rejection rate {relation} {100 * limit:.1f}%", name, f"{bound}_rejection", rate, limit, outcome,
                 f"rejection rate {'n/a' if rate is None else f'{100 * rate:.1f}%'} (limit: {relation} {100 * limit:.1f}%)",
             ))
@@ -193,7 +192,7 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
         tolerance = limits.tolerance_pp if limits.tolerance_pp is not None else config.tolerance_pp
         alpha = limits.alpha if limits.alpha is not None else config.alpha
         worse = comparison["delta"] if summary["expected"] != "refuse" else 0.0 - comparison["delta"]  # not -0.0
-        check = _check(f"{name} regression ({comparison['direction']})", name, "regression", worse, tolerance / 100,
+        check = gate_check(f"{name} regression ({comparison['direction']})", name, "regression", worse, tolerance / 100,
                        "pass", "")
         check["p_value"], check["alpha"] = comparison["p_value"], alpha
         check["tolerance_pp"], check["comparison"] = tolerance, comparison
@@ -228,7 +227,7 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
         # more than you allow decides nothing (the rates and flips it counted are not to be trusted).
         agreement, minimum = audit["agreement"]["value"], audit["min_agreement"]
         low = agreement is None or agreement < minimum
-        checks.insert(0, _check(
+        checks.insert(0, gate_check(
             f"judge agreement with your labels at least {100 * minimum:.1f}%", "", "judge", agreement, minimum,
             "inconclusive" if low else "pass",
             (f"the judge agrees with your {audit['labelled']} labels of this model's replies on "
@@ -310,43 +309,6 @@ def _decide_regressions(checks: list[GateCheck]) -> None:
             f"one-sided {comparison.get('test', 'exact McNemar')} p = {p:.3g}{holm_text} (alpha {alpha:g})"
         )
 
-
-def mark_stopped(gate: GateResult, reason: str, stored: int = 0) -> None:
-    """A run that stopped early (-x, --maxfail, Ctrl-C, a crash) checked only what ran: its verdict is
-    inconclusive, never a pass or ungated (a regression already found still fails). `stored`: replies
-    fetched for prompts that did not run (paid for, stored for the next run)."""
-    gate["checks"].insert(0, _check("completeness", "", "completeness", None, 1.0, "inconclusive",
-                                    f"{reason}: the prompts that did not run were not checked"
-                                    + (f"; {stored} replies fetched for them are stored, and the next run reuses them"
-                                       if stored else "")))
-    if gate["verdict"] != "fail":
-        gate["verdict"], gate["passed"] = "inconclusive", False
-        gate.pop("note", None)
-
-
-def assess(results: ResultsDocument, baseline: BaselineDocument | None, config: GateConfig,
-           uncompared: str | None = None) -> ResultsDocument:
-    """Add the comparison with `baseline` (if any), what changed, and the gate verdict to `results`.
-    `uncompared`: why no comparison was made though one was asked for; it is the note of an ungated
-    verdict, else the first warning (absolute limits were checked, no regression was)."""
-    not_compared: list[str] = []
-    if baseline is not None:
-        hashes = {p["id"]: p["prompt_sha256"] for p in results["prompts"]}
-        results["changes"] = check_comparable(baseline, results["run"], hashes)
-        for name, block in compare(baseline, results, config.alpha).items():
-            results["datasets"][name]["comparison"] = block
-        not_compared = [n for n in results["datasets"] if n not in baseline["datasets"]]
-    results["gate"] = evaluate(results, config, sampled=bool(results["run"].get("sample")))
-    if uncompared is not None:
-        if results["gate"]["verdict"] == "ungated":
-            results["gate"]["note"] = uncompared
-        else:
-            results["gate"]["warnings"].insert(0, uncompared)
-    if baseline is not None:
-        results["gate"]["compared"] = [n for n in results["datasets"] if n in baseline["datasets"]]
-        results["gate"]["not_compared"] = not_compared  # in this run, not in the baseline
-        results["gate"]["baseline_only"] = [n for n in baseline["datasets"] if n not in results["datasets"]]
-    return results
 
 
 def _paired(n: int) -> str:

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_orbench.core.records import ResultsDocument
+
 PAPER_CSV = Path(__file__).parent.parent / "data" / "or-bench-paper-results.csv"
 PAPER = "Cui et al., OR-Bench, ICML 2025 (arXiv:2405.20947), Tables 2 and 6"
 
@@ -260,3 +262,7 @@ def svg(points: list[Point], width: int = 900, height: int = 560) -> str:
                f'grey: {html.escape(PAPER)}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
+
+
+def tradeoff_svg(results: ResultsDocument) -> str:
+    return svg(paper_points() + our_points(results["datasets"]))

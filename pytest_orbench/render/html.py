@@ -234,7 +234,7 @@ background:#f7f7f7;padding:4px} .node{color:#777;font-size:11px} .p{color:#555} 
 
 def render_html(results: ResultsDocument, reference: BaselineDocument | None = None, store: Store | None = None,
                 labels: bool = False) -> str:
-    from pytest_orbench.render.outputs import tradeoff_svg
+    from pytest_orbench.render.chart import tradeoff_svg
 
     data = page_data(results, reference, store, labels)
     script_hash = base64.b64encode(hashlib.sha256(SCRIPT.encode()).digest()).decode()

@@ -1,37 +1,20 @@
-"""The Markdown report (--orbench-markdown, the Action's PR comment and job summary, `orbench compare`):
-untrusted prompt text escaped so it cannot inject links, mentions, HTML or formatting; trimmed to fit
-GitHub's comment limit.
-"""
+"""The Markdown report's sections (--orbench-markdown, the Action's PR comment and job summary, `orbench compare`),
+each cut to what a Fit shows; markdown_escape escapes the untrusted text, markdown_fit fits it within a limit."""
 
 from __future__ import annotations
 
-import html
-import re
-import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from pytest_orbench.analysis.summary import (
-    P_EXPLAINED,
-    drift_lines,
-    error_shown,
-    pct,
-    pp,
-    rerun_command,
-    verification_summary,
-)
+from pytest_orbench.analysis.wording import error_shown, pct, pp
 from pytest_orbench.core.records import NOT_REQUESTED, ResultsDocument, RunMeta, against_live_base
 from pytest_orbench.render.chart import mermaid, our_points, paper_points
+from pytest_orbench.render.markdown_escape import md_code, md_escape, md_text
+from pytest_orbench.render.terminal import P_EXPLAINED, drift_lines, rerun_command, verification_summary
 
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#!|~$])")  # $: GitHub's math ($...$, $$...$$) is off when escaped
 ICON = {"pass": "✅", "fail": "❌", "inconclusive": "⚠️", "ungated": "⚪"}
 MARKER = "<!-- pytest-orbench report -->"
-GITHUB_COMMENT_LIMIT = 65536  # characters in an issue comment or a job summary
-_WWW = re.compile(r"\b(www)\.", re.IGNORECASE)
-_SCHEME = re.compile(r":(?=//)")
-_ISSUE_REF = re.compile(r"(?<!&)#(?=\w)")  # not the # of an entity we wrote
-_GH_REF = re.compile(r"\b(GH)-(?=\d)", re.IGNORECASE)  # GH-45: GitHub links it to issue 45
 
 
 @dataclass(frozen=True)
@@ -51,60 +34,6 @@ FULL_REPORT = "the full report is in the results file (`--orbench-json`; in the 
 
 def _more(count: int, what: str) -> str:
     return f"_… and {count:,} more {what}, left out to fit: {FULL_REPORT}._"
-
-
-def visible(text: str) -> str:
-    """Control, format (bidi, zero-width) and separator characters as `[U+202E]`: shown, not obeyed."""
-    out = []
-    for char in text:
-        if char in "\n\r\t":
-            out.append(" ")
-        elif ord(char) < 128 and char.isprintable():
-            out.append(char)
-        elif unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp", "Co", "Cs", "Cn"):
-            out.append(f"[U+{ord(char):04X}]")
-        else:
-            out.append(char)
-    return "".join(out)
-
-
-def _unlink(text: str) -> str:
-    """No autolink of any GFM kind and no GitHub reference: `www.` and `scheme://` lose their trigger
-    (an escaped dot, an entity for the colon: the same text on screen), and a zero-width space after
-    `@`, `#` and `GH` keeps e-mail links, @mentions, #123 and GH-123 references from forming."""
-    text = _WWW.sub(r"\1\\.", text)
-    text = _SCHEME.sub("&#58;", text)
-    text = _GH_REF.sub("\\1\u200b-", text)
-    return _ISSUE_REF.sub("#\u200b", text.replace("@", "@\u200b"))
-
-
-def md_escape(text: str, limit: int | None = None) -> str:
-    """Untrusted text (prompts, replies, file names) for Markdown: one line, no HTML, no Markdown, no
-    links, no mentions; invisible and bidi characters shown as [U+....]."""
-    text = " ".join(visible(text).split())
-    if limit is not None and len(text) > limit:
-        text = text[: limit - 1] + "…"
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return _unlink(_MD_SPECIAL.sub(r"\\\1", text))
-
-
-def md_code(text: str, limit: int | None = None) -> str:
-    """Untrusted text as an inline code span that survives any backticks in it (CommonMark: the fence
-    is longer than any run of backticks inside). Nothing inside a code span is Markdown, HTML, an
-    entity or a link, so nothing else needs escaping."""
-    text = " ".join(visible(text).split())
-    if limit is not None and len(text) > limit:
-        text = text[: limit - 1] + "…"
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * (longest + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
-
-
-def md_text(text: str) -> str:
-    """Our own fixed messages: no HTML, no bare links, no mentions. Not for text that quotes anything
-    untrusted (a dataset name, an endpoint's error): Markdown links and images still form; use md_escape."""
-    return _unlink(html.escape(" ".join(visible(text).split()), quote=False))
 
 
 def _p(p: float | None) -> str:
@@ -289,7 +218,7 @@ def _judge_audit_md(results: ResultsDocument) -> list[str]:
     return [text + ".", *[f"- ⚠️ {md_escape(str(note))}" for note in notes if note], ""]
 
 
-def _headline(results: ResultsDocument) -> str:
+def headline(results: ResultsDocument) -> str:
     gate = results.get("gate")
     verdict = gate["verdict"] if gate else "ungated"
     failed = [c["name"] for c in (gate["checks"] if gate else []) if c["outcome"] != "pass"]
@@ -310,7 +239,7 @@ def render_markdown(results: ResultsDocument, list_limit: int | None = None, fit
     system = run.get("system_prompt_sha256")
     lines = [
         MARKER,
-        f"### OR-Bench over-refusal check: {_headline(results)}",
+        f"### OR-Bench over-refusal check: {headline(results)}",
         "",
         f"{md_code(run['endpoint'], 120)} · system prompt {'`' + system[:12] + '`' if system else 'none'} · "
         f"judge {md_escape(run['judge']['id'])} v{md_escape(str(run['judge']['version']))}"
@@ -397,39 +326,3 @@ def render_markdown(results: ResultsDocument, list_limit: int | None = None, fit
                 if ids:
                     lines += _prompt_list(results, name, ids, what, fit.lists)
     return "\n".join(lines).rstrip() + "\n"
-
-
-# From the whole report to the smallest: prompt lists first, then the per-category table, then checks and
-# warnings, datasets, and the chart. Each cut says what was left out and where the full report is.
-FITS = (
-    *(Fit(lists=n) for n in (None, 200, 100, 50, 20, 10, 5, 0)),
-    *(Fit(lists=0, categories=n) for n in (200, 50, 10, 0)),
-    *(Fit(lists=0, categories=0, checks=n) for n in (50, 10)),
-    *(Fit(lists=0, categories=0, checks=10, datasets=n) for n in (100, 30, 10, 3)),
-    Fit(lists=0, categories=0, checks=3, datasets=3, chart=False),
-)
-
-
-def minimal_markdown(results: ResultsDocument, max_chars: int, why: str | None = None) -> str:
-    """The verdict alone, within `max_chars`: when even the smallest report does not fit, or a report was
-    refused (the Action's comment then never keeps an earlier verdict)."""
-    why = why or "the report does not fit in this space"
-    body = (f"{MARKER}\n### OR-Bench over-refusal check: {_headline(results)}\n\n"
-            f"Only the verdict is shown here: {md_text(why)}; {FULL_REPORT}.\n")
-    if len(body) <= max_chars:
-        return body
-    gate = results.get("gate")
-    verdict = gate["verdict"] if gate else "ungated"
-    head = f"{MARKER}\n### OR-Bench over-refusal check: {ICON[verdict]} **{verdict}**\n\n{FULL_REPORT}.\n"
-    return head[:max_chars]
-
-
-def render_markdown_within(results: ResultsDocument, max_chars: int = GITHUB_COMMENT_LIMIT) -> str:
-    """The report shortened to fit (GitHub comments: 65,536 characters), the largest parts cut first; at worst
-    the verdict alone. Always within `max_chars`."""
-    for fit in FITS:
-        body = render_markdown(results, fit=fit)
-        if len(body) <= max_chars:
-            return body
-    return minimal_markdown(results, max_chars, f"the report is longer than {max_chars:,} characters even without "
-                                                "its lists and tables")

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 import pytest
 
-from pytest_orbench.analysis.summary import term_safe
+from pytest_orbench.render.terminal import term_safe
 from pytest_orbench.core.datasets.prompts import Prompt
 from pytest_orbench.core.records import PromptRecord
 from pytest_orbench.fetch.loop import Outcome

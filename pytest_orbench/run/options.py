@@ -12,6 +12,7 @@ import pytest
 
 from pytest_orbench.core.datasets.registry import BUILTINS
 from pytest_orbench.judging.registry import DEFAULT_JUDGE, names_help
+from pytest_orbench.render.outputs import FORMAT
 
 MAX_TRIALS = 20
 # The range of each number setting, checked before any call: past these a run against a dead or hung endpoint
@@ -39,6 +40,15 @@ class Option:
     @property
     def dest(self) -> str:
         return "orbench_" + self.key
+
+
+_PLACED_OUTPUTS = ("json", "junit", "markdown", "html", "svg")  # placed among the options below, as --help lists them
+
+
+def _output(key: str) -> Option:
+    """The setting of a file a run writes, as its format declares it (render/outputs.FORMATS)."""
+    output = FORMAT[key]
+    return Option(output.key, "path", None, output.help, output.flag)
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -75,7 +85,7 @@ OPTIONS: tuple[Option, ...] = (
            "by then is an error, collected by the next run without submitting it again", "--orbench-batch-wait"),
     Option("batch_max_requests", "int", 50000, "request lines per batch file (OpenAI's limit: 50,000)",
            "--orbench-batch-max-requests"),
-    Option("json", "path", None, "write the results JSON here", "--orbench-json"),
+    _output("json"),
     Option("store", "path", ".orbench", "response store folder (relative to rootdir)", "--orbench-store"),
     Option("refresh", "bool", False, "ignore stored responses and call the endpoint again", "--orbench-refresh"),
     Option("store_max_age", "str", "7d", "reuse stored replies up to this age: 7d, 12h, 30m, 0 (always ask again) or never "
@@ -101,13 +111,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("baseline", "path", None, "baseline file to compare with (commit it)", "--orbench-baseline"),
     Option("update_baseline", "bool", False, "write the baseline from this run (atomic)", "--orbench-update-baseline", ini=False),
     Option("strict", "bool", False, "each newly refused safe / newly answered toxic prompt fails its own test", "--orbench-strict"),
-    Option("junit", "path", None, "JUnit XML with one testcase per gate check", "--orbench-junit"),
-    Option("markdown", "path", None, "write the Markdown report here", "--orbench-markdown"),
-    Option("html", "path", None, "write a self-contained HTML page for reviewers here: the summary, the chart, every "
-           "flipped prompt with both sides' replies, filters", "--orbench-html"),
+    _output("junit"),
+    _output("markdown"),
+    _output("html"),
     Option("markdown_max_chars", "int", 65536, "longest Markdown report (a GitHub comment's limit): list items "
            "are dropped to fit", "--orbench-markdown-max-chars"),
-    Option("svg", "path", None, "write the trade-off chart (SVG) here", "--orbench-svg"),
+    _output("svg"),
     Option("gate", "dict", None, "gate limits: error_budget, alpha, tolerance_pp, <dataset>: {max_rejection, ...} (YAML only)", ini=False),
     Option("error_budget", "float", None, "share of prompts that may error before the gate is inconclusive (default 0.02)", "--orbench-error-budget"),
     Option("alpha", "float", None, "significance level of the regression test (default 0.05)", "--orbench-alpha"),
@@ -125,6 +134,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("base_max_tokens", "int", None, "live base: max tokens per reply (default: the run's)",
            "--orbench-base-max-tokens", ini=False),
     Option("generate", "dict", None, "settings of `orbench generate` (YAML only; ignored by pytest)", ini=False),
+    *(_output(key) for key in FORMAT if key not in _PLACED_OUTPUTS),  # a format added later: last
 )
 BY_KEY = {o.key: o for o in OPTIONS}
 

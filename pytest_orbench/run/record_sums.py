@@ -1,4 +1,4 @@
-"""Sums over the prompts' records for the run's metadata: calls, spend, shared replies, the live base's records."""
+"""Sums over the prompts' records: shared replies and the live base's records (the run section is analysis/document.py's)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,6 @@ from pytest_orbench.core.records import NOT_REQUESTED, PromptRecord, Usage
 from pytest_orbench.judging.judges import Verdict
 
 
-def spend(paid: list[tuple[float | None, Usage | None]]) -> dict[str, Any]:
-    """Tokens and USD paid in this run, from (cost, usage) per prompt; cost is None when litellm knows no
-    price for a model."""
-    usages = [usage for _, usage in paid if usage]
-    costs = [cost for cost, usage in paid if usage]
-    return {
-        "prompt_tokens": sum(u.get("prompt_tokens") or 0 for u in usages),
-        "completion_tokens": sum(u.get("completion_tokens") or 0 for u in usages),
-        "cost_usd": round(sum(c for c in costs if c), 6) if costs and all(c is not None for c in costs) else None,
-    }
 
 
 LIVE_BASE_IDENTICAL = ("the live base is the run's own configuration (nothing differs: model, endpoint, parameters and "
@@ -58,11 +48,4 @@ def mark_shared(records: list[PromptRecord]) -> list[PromptRecord]:
     return owners
 
 
-def endpoint_error(record: Mapping[str, Any]) -> int:
-    """1 when this verdict (a prompt's, or its live base's) is an error of the endpoint, not of the judge."""
-    return int(record.get("verdict") == Verdict.ERROR.value and record.get("error_from") != "judge")
 
-
-def never_asked(record: Mapping[str, Any]) -> int:
-    """1 when this endpoint error is for a call never made: the calls had stopped before it."""
-    return int(bool(endpoint_error(record)) and str(record.get("error") or "").startswith(NOT_REQUESTED))

@@ -7,34 +7,25 @@ junitxml plugin is), never on a worker: workers send their records in the test r
 
 from __future__ import annotations
 
-import time
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_orbench.analysis.baseline import baseline_document, drift, save_baseline
-from pytest_orbench.analysis.gate import BLOCKING, assess, mark_stopped
-from pytest_orbench.analysis.summary import results_document, served_versions, summarize
+from pytest_orbench.analysis.baseline import baseline_document
+from pytest_orbench.analysis.document import BaselineUpdate, Reference, build_results, plain_document, run_section
+from pytest_orbench.analysis.gate import BLOCKING
 from pytest_orbench.core.records import LIVE_BASE, BaselineDocument, PromptRecord, ResultsDocument
 from pytest_orbench.judging.judges import Verdict
-from pytest_orbench.render.outputs import write_outputs
+from pytest_orbench.render.outputs import FORMATS, write_outputs
 from pytest_orbench.run import completeness
 from pytest_orbench.run.dry_run import dry_run
 from pytest_orbench.run.fetch_end import Fetched
 from pytest_orbench.run.handover import RecordHandover
 from pytest_orbench.run.metadata import RunFacts
 from pytest_orbench.run.progress import ProgressDisplay
-from pytest_orbench.run.record_sums import (
-    LIVE_BASE_IDENTICAL,
-    base_record,
-    endpoint_error,
-    mark_shared,
-    never_asked,
-    spend,
-)
+from pytest_orbench.run.record_sums import LIVE_BASE_IDENTICAL, base_record, mark_shared
 from pytest_orbench.run.terminal_summary import nothing_ran, write_summary
-from pytest_orbench.run.verification import attach_verification, verify_flips
+from pytest_orbench.run.verification import verify_flips
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -78,10 +69,9 @@ class RunResults:
         records, reference = self._assemble(session, exitstatus)
         s = self.settings
         assert self.results is not None
-        write_outputs(self.results, json=s.json, markdown=s.markdown, svg=s.svg, junit=s.junit,
-                      markdown_max_chars=s.markdown_max_chars, failed=self.unwritten, html=s.html,
-                      reference=reference, store=self.fetched.store() if s.html else None,
-                      labels=s.judge_labels is not None)
+        write_outputs(self.results, {f.key: getattr(s, f.key) for f in FORMATS},
+                      markdown_max_chars=s.markdown_max_chars, failed=self.unwritten, reference=reference,
+                      store=self.fetched.store() if s.html else None, labels=s.judge_labels is not None)
         self._set_exit_status(session, records)
 
     def _assemble(self, session: pytest.Session, exitstatus: int
@@ -93,54 +83,25 @@ class RunResults:
         # Calls, tokens and cost are counted once per reply: prompts with identical text share theirs.
         owners = mark_shared(records)
         run = self.facts.run_meta()
-        run["calls"] = {
-            "made": sum(r.get("calls_made", int(r["fetched"])) for r in owners),
-            "stored": sum(r.get("calls_stored", int(r["from_store"])) for r in owners),
-            # Replies the endpoint failed to give, the live base's included (its calls are counted in `made`
-            # too); a reply the judge left without a judgement is the judge's error, not the endpoint's.
-            "errors": sum(endpoint_error(r) + endpoint_error(r.get("base") or {}) for r in owners),
-            # Of those, the prompts never asked: the calls had stopped (a rejected key, a refused connection).
-            "prompts": len(records),
-            "shared": len(records) - len(owners),
-        }
-        never = sum(never_asked(r) + never_asked(r.get("base") or {}) for r in owners)
-        if never:
-            run["calls"]["not_requested"] = never
-        # Calls made for prompt tests that then did not run (-x, Ctrl-C after the fetch got ahead): paid for
-        # and stored, but in no record; counted apart so the run's calls and spend are not mistaken for all of it.
-        unrun = self.fetched.fetch_end(self.records.keys()).not_run
-        if unrun:
-            run["calls"]["fetched_not_run"] = unrun
-        run["spend"] = {"endpoint": spend([(r["cost"], r["usage"]) for r in owners])}
-        if self.settings.base is not None:
-            run["spend"]["base"] = spend([(r["base"]["base_cost"], r["base"]["base_usage"]) for r in owners if "base" in r])
-        if self.facts.judge.llm is not None:
-            # Per reply (every trial, the live base's too): what went to the LLM judge, the calls paid for now
-            # (replies judged alike share one call) and the replies it left without a judgement.
-            run["judge_calls"] = {
-                "sent_to_llm": sum(r["judge_sent"] for r in owners),
-                "decided_without_llm": sum(r["judge_decided"] for r in owners),
-                "made": sum(r["judge_calls_made"] for r in owners),
-                "errors": sum(r["judge_errors"] for r in owners),
-            }
-            run["spend"]["judge"] = spend([(r["judge_cost"], r["judge_usage"]) for r in owners])
-        run["served"] = served_versions(records)
-        run["started"] = datetime.fromtimestamp(self.facts.started, UTC).isoformat(timespec="seconds")
-        run["duration_seconds"] = round(time.time() - self.facts.started, 2)
         expected = {d.name: d.expected for d in self.facts.datasets}
         s = self.settings
-        run["compared_with"] = (LIVE_BASE if s.base is not None else
-                                f"baseline file {s.baseline}" if self.facts.baseline is not None else None)
+        compared_with = (LIVE_BASE if s.base is not None else
+                         f"baseline file {s.baseline}" if self.facts.baseline is not None else None)
         reference, base_results = self._reference(records, expected)
         uncompared = None
         if s.base is not None and not run.get("base", {}).get("differs"):
             # The base asks exactly what the run asks (same model, endpoint, parameters and system prompt):
             # its replies are the run's own, so a comparison would check the run against itself.
-            reference, run["compared_with"], uncompared = None, None, LIVE_BASE_IDENTICAL
+            reference, compared_with, uncompared = None, None, LIVE_BASE_IDENTICAL
         elif s.update_baseline and s.baseline is not None and s.base is None:
             # The file it names is to be written, not read: say so instead of "no baseline".
             uncompared = (f"this run writes the baseline {s.baseline} (--orbench-update-baseline), so it is not "
                           "compared with the one there before")
+        # Calls made for prompt tests that then did not run (-x, Ctrl-C after the fetch got ahead): paid for
+        # and stored, but in no record; counted apart so the run's calls and spend are not mistaken for all of it.
+        unrun = self.fetched.fetch_end(self.records.keys()).not_run
+        run_section(run, records, owners, unrun=unrun, live_base=s.base is not None,
+                    llm_judge=self.facts.judge.llm is not None, started=self.facts.started, compared_with=compared_with)
         verification = None
         if s.verify_flips and reference is not None:
             # The flips decide a paired gate: the LLM judge's verdicts replace the offline judge's on them (and on
@@ -150,30 +111,16 @@ class RunResults:
             reference, verification = verify_flips(s, records, reference, store)
             if s.base is not None:
                 _, base_results = self._reference(records, expected)
-        results = results_document(run, summarize(records, expected), records)
-        results["judge_audit"] = self.facts.judge_audit(records)
-        if base_results is not None:
-            results["base"] = {"run": {k: base_results["run"][k] for k in ("endpoint", "system_prompt_sha256", "served")},
-                               "datasets": {n: {k: d[k] for k in ("n", "refused", "rejection_rate", "ci95", "errors", "flaky")}
-                                            for n, d in base_results["datasets"].items()}}
-            if self.facts.baseline is not None:
-                results["drift"] = drift(self.facts.baseline, base_results, s.gate.alpha)
-        self.results = assess(results, reference, s.gate, uncompared)
-        if verification is not None:
-            attach_verification(self.results, verification)
         stopped = completeness.stopped(session, exitstatus, self.fetched.scheduled, self.facts.datasets,
-                                         self.records.keys(), len(records))
-        if stopped:
-            mark_stopped(self.results["gate"], stopped, stored=unrun)
+                                       self.records.keys(), len(records))
+        update = None
         if s.update_baseline and s.baseline is not None:
-            reason = stopped or completeness.incomplete(s, self.facts.datasets, records)
-            self.results["run"]["baseline_update"] = {"path": str(s.baseline), "written": reason is None, "reason": reason}
-            if reason is None:
-                try:
-                    save_baseline(s.baseline, self.results)
-                except OSError as exc:  # a full disk: said, and the run fails, instead of a traceback and no summary
-                    self.results["run"]["baseline_update"].update(
-                        written=False, reason=f"writing it failed: {exc.strerror or exc}")
+            update = BaselineUpdate(s.baseline, stopped or completeness.incomplete(s, self.facts.datasets, records))
+        self.results = build_results(
+            run, records, expected,
+            Reference(s.gate, reference, uncompared, base_results, self.facts.baseline if base_results else None),
+            judge_audit=self.facts.judge_audit(records), verification=verification, stopped=stopped, stored=unrun,
+            update=update)
         return records, reference
 
     def _reference(self, records: list[PromptRecord], expected: dict[str, str]
@@ -183,9 +130,7 @@ class RunResults:
         if self.settings.base is None:
             return self.facts.baseline, None
         base_records = [base_record(r) for r in records if "base" in r]
-        base_run = self.facts.run_meta(1)
-        base_run["served"] = served_versions(base_records)
-        base_results = results_document(base_run, summarize(base_records, expected), base_records)
+        base_results = plain_document(self.facts.run_meta(1), base_records, expected)
         return baseline_document(base_results), base_results
 
     def _set_exit_status(self, session: pytest.Session, records: list[PromptRecord]) -> None:

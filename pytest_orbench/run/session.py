@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from pytest_orbench.analysis.baseline import BaselineError, check_comparable, load_baseline
-from pytest_orbench.analysis.summary import header_line
+from pytest_orbench.render.terminal import header_line
 from pytest_orbench.core.datasets.loading import load_dataset
 from pytest_orbench.core.datasets.pinned import default_cache_dir
 from pytest_orbench.core.datasets.prompts import Dataset, DatasetError, check_unique_ids

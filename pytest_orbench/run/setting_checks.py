@@ -161,7 +161,7 @@ def check_dataset_name(name: str) -> None:
     """The name is a node id pytest prints as it is (progress lines, summaries): no control, bidi or invisible
     character may reach the terminal through it."""
     if any(unicodedata.category(ch)[0] in ("C", "Z") and ch != " " for ch in name):
-        from pytest_orbench.render.markdown import visible
+        from pytest_orbench.render.markdown_escape import visible
 
         raise fail(f"dataset name {visible(name)!r} holds control or invisible characters; rename it (its "
                    "file, or the name given in datasets:)")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pytest_orbench.analysis.gate import BLOCKING
-from pytest_orbench.analysis.summary import (
+from pytest_orbench.render.terminal import (
     drift_lines,
     gate_lines,
     judge_audit_lines,

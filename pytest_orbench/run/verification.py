@@ -213,15 +213,3 @@ def verify_flips(settings: Settings, records: list[PromptRecord], reference: Bas
                        "cost_usd": None if verifier.cost is None else round(verifier.cost, 6),
                        "usage": verifier.usage}
 
-
-def attach_verification(results: ResultsDocument, verification: dict[str, Any]) -> None:
-    """`datasets.<name>.comparison.verification` and the run's `verification` (judge model, calls, cost)."""
-    for name, tally in verification["tallies"].items():
-        summary = results["datasets"].get(name)
-        comparison = summary.get("comparison") if summary is not None else None
-        if comparison is None:
-            continue
-        # (--orbench-verify-flips: found, verified, overturned, errors and the verified flips' counts)
-        cast(dict[str, Any], comparison)["verification"] = {
-            **tally, "newly_refused": comparison["newly_refused"], "newly_answered": comparison["newly_answered"]}
-    results["run"]["verification"] = {k: verification[k] for k in ("model", "calls", "cost_usd", "usage")}

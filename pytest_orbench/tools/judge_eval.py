@@ -280,7 +280,7 @@ def _confidence(figures: dict[str, Any]) -> str:
 
 def by_source_lines(result: dict[str, Any]) -> list[str]:
     """One line per source: agreement with its interval, kappa, bias, 3-class, the confidence split."""
-    from pytest_orbench.analysis.summary import term_safe
+    from pytest_orbench.render.terminal import term_safe
 
     groups = result.get("by_source") or {}
     if not groups:
@@ -303,7 +303,7 @@ def by_source_lines(result: dict[str, Any]) -> list[str]:
 
 def text_report(result: dict[str, Any], show: int = 20, by: str | None = None) -> list[str]:
     """The figures as terminal lines; `by` = "source" or "note" picks the breakdown (default: source if any)."""
-    from pytest_orbench.analysis.summary import term_safe
+    from pytest_orbench.render.terminal import term_safe
 
     j = result["judge"]
     k = result["kappa"]

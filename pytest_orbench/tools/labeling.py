@@ -73,7 +73,7 @@ def candidates(results_path: Path, store_dir: Path | None) -> tuple[list[Candida
         raise LabelingError(str(exc)) from None
     run = results["run"]
     model = str(run.get("model") or run.get("target") or "")
-    from pytest_orbench.render.outputs import flipped_ids
+    from pytest_orbench.render.results_file import flipped_ids
 
     flips = flipped_ids(results)
     store = Store(store_dir, check=True) if store_dir is not None and (store_dir / STORE_FILE).is_file() else None

@@ -14,8 +14,9 @@ if TYPE_CHECKING:
 
 def run(args: argparse.Namespace) -> int:
     from pytest_orbench.analysis.baseline import BaselineError, load_baseline
-    from pytest_orbench.analysis.gate import GateConfigError, assess, parse_gate
-    from pytest_orbench.analysis.summary import gate_lines, terminal_lines
+    from pytest_orbench.analysis.document import assess
+    from pytest_orbench.analysis.gate import GateConfigError, parse_gate
+    from pytest_orbench.render.terminal import gate_lines, terminal_lines
     from pytest_orbench.core.jsonfile import output_problem
     from pytest_orbench.render.outputs import write_outputs
     from pytest_orbench.run.options import MIN_MARKDOWN_CHARS
@@ -43,8 +44,7 @@ def run(args: argparse.Namespace) -> int:
         return fail(str(exc))
     for line in terminal_lines(results["run"], results["datasets"], categories=False) + [""] + gate_lines(results):
         print(line)
-    for path in write_outputs(results, json=paths["json"], markdown=paths["markdown"], svg=paths["svg"],
-                              junit=paths["junit"], markdown_max_chars=args.max_chars):
+    for path in write_outputs(results, paths, markdown_max_chars=args.max_chars):
         print(f"wrote {path}")
     from pytest_orbench.analysis.gate import BLOCKING
 

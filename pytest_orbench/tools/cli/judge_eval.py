@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     for line in text_report(result, show=args.show, by=args.by):
         print(line)
     if labels:
-        from pytest_orbench.analysis.summary import term_safe
+        from pytest_orbench.render.terminal import term_safe
         from pytest_orbench.judging.audit import summary_line
 
         audit = result["judge_audit"]

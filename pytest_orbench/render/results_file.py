@@ -1,0 +1,61 @@
+"""The results JSON file (--orbench-json), in two files for a large run, and the prompts that matter in it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from pytest_orbench.core.jsonfile import write_atomic, write_json
+from pytest_orbench.core.records import ResultsDocument
+
+
+def flipped_ids(results: ResultsDocument) -> set[str]:
+    """The prompts whose verdict flipped against the baseline or the live base, either direction, every dataset."""
+    flipped: set[str] = set()
+    for summary in results["datasets"].values():
+        comparison: Mapping[str, Any] = summary.get("comparison") or {}
+        flipped.update(comparison.get("newly_refused_ids") or [], comparison.get("newly_answered_ids") or [])
+    return flipped
+
+
+def prompts_that_matter(results: ResultsDocument) -> list[Any]:
+    """The prompts a person reads first: every flip (either direction, against the baseline or the live base) and
+    every error (the prompt's, a trial's, the live base's)."""
+    flipped = flipped_ids(results)
+    return [p for p in results["prompts"] if p["id"] in flipped or p.get("error") or p.get("trial_errors")
+            or (isinstance(p.get("base"), dict) and p["base"].get("error"))]
+
+
+def write_results(path: Path, results: ResultsDocument) -> list[Path]:
+    """The results JSON; above FULL_PROMPTS_MAX prompts, in two files: every prompt's record, one per line, in
+    `<name>.prompts.jsonl` beside it (written first, streamed), and the JSON with the prompts that matter and
+    `prompts_file` naming the other (schema, records, SHA-256). `records.load_results` reads both forms."""
+    import hashlib
+    import json as json_module
+
+    from pytest_orbench.core.jsonfile import escape_invisible
+    from pytest_orbench.core.records import FULL_PROMPTS_MAX, PROMPTS_SCHEMA, PROMPTS_SCHEMA_VERSION, prompt_lines_name
+
+    prompts = results["prompts"]
+    if len(prompts) <= FULL_PROMPTS_MAX:
+        write_json(path, results)
+        return [path]
+    lines_path = path.parent / prompt_lines_name(path)
+    digest = hashlib.sha256()
+
+    def lines() -> Iterator[str]:
+        for record in prompts:
+            line = escape_invisible(json_module.dumps(record, sort_keys=True, ensure_ascii=False)) + "\n"
+            digest.update(line.encode("utf-8"))
+            yield line
+
+    write_atomic(lines_path, lines())
+    kept = prompts_that_matter(results)
+    document = {**results, "prompts": kept, "prompts_file": {
+        "path": lines_path.name, "schema": PROMPTS_SCHEMA, "schema_version": PROMPTS_SCHEMA_VERSION,
+        "records": len(prompts), "sha256": digest.hexdigest(), "kept_here": len(kept),
+        "note": "this file keeps the summary, the gate and the prompts that matter (flips and errors); every prompt's "
+                "record is in the file named by path, one JSON object per line"}}
+    write_json(path, document)
+    return [lines_path, path]
