@@ -64,7 +64,7 @@ L2_CANDIDATES = (50.0, 100.0, 300.0)  # chosen per fit by leave-one-source-out i
 # among them is taken: when the held-out sources cannot tell the penalties apart, the one that fits the
 # labelled rows closest. (With four sources, 30 to 300 generalise within 0.2 pp of each other; 300, ahead
 # by 0.1 pp, would cost rbr-gold 5 pp fitted against 50. 30, tried, breaks hand-written checks in
-# tests/test_judge.py: a sympathetic answer read as a deflection, a refusal followed by an answer decided
+# tests/judging/test_keyword_judge.py: a sympathetic answer read as a deflection, a refusal followed by an answer decided
 # without the LLM.)
 L2_TOLERANCE = 0.005
 MIN_ROWS = 3  # a feature must occur in this many training replies to get a weight

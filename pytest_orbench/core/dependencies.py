@@ -75,7 +75,7 @@ def refuse_compromised(package: str = "litellm") -> None:
 
 
 # The modules of litellm and of what it imports (its requirements, transitively, as pinned in the lock;
-# tests/test_dependencies.py checks the list against the installed metadata). A warning raised in them
+# tests/core/test_dependencies.py checks the list against the installed metadata). A warning raised in them
 # while litellm is imported or called (pydantic's "ReadOnly qualifier" on litellm's own types, litellm's
 # deprecations, ...) is not the user's: under PYTHONWARNINGS=error, -W error or a `filterwarnings = error`
 # it would turn a call into an error, and a run into INCONCLUSIVE. Warnings raised in the user's own code,

@@ -12,11 +12,11 @@ from typing import Any, Protocol
 
 import pytest
 
-from pytest_orbench.render.terminal import term_safe
 from pytest_orbench.core.datasets.prompts import Prompt
 from pytest_orbench.core.records import PromptRecord
 from pytest_orbench.fetch.loop import Outcome
 from pytest_orbench.judging.judges import Verdict
+from pytest_orbench.render.terminal import term_safe
 from pytest_orbench.run.keys import Requests
 
 

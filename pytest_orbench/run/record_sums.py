@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, cast
+from typing import cast
 
-from pytest_orbench.core.records import NOT_REQUESTED, PromptRecord, Usage
-from pytest_orbench.judging.judges import Verdict
-
-
-
+from pytest_orbench.core.records import PromptRecord
 
 LIVE_BASE_IDENTICAL = ("the live base is the run's own configuration (nothing differs: model, endpoint, parameters and "
                        "system prompt are the same), so nothing was compared")

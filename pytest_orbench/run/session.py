@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from pytest_orbench.analysis.baseline import BaselineError, check_comparable, load_baseline
-from pytest_orbench.render.terminal import header_line
 from pytest_orbench.core.datasets.loading import load_dataset
 from pytest_orbench.core.datasets.pinned import default_cache_dir
 from pytest_orbench.core.datasets.prompts import Dataset, DatasetError, check_unique_ids
@@ -23,6 +22,7 @@ from pytest_orbench.judging.adaptation import adapt
 from pytest_orbench.judging.keyword_weights import load_model
 from pytest_orbench.judging.labels import Label, labelled, load_labels
 from pytest_orbench.judging.registry import adaptable, make_judge
+from pytest_orbench.render.terminal import header_line
 from pytest_orbench.run.collection import collect, select
 from pytest_orbench.run.dry_run import dry_run
 from pytest_orbench.run.fetch_start import FetchStart

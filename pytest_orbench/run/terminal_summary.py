@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from pytest_orbench.analysis.gate import BLOCKING
+from pytest_orbench.core import records as records_module
+from pytest_orbench.core.records import ResultsDocument
 from pytest_orbench.render.terminal import (
     drift_lines,
     gate_lines,
@@ -17,8 +19,6 @@ from pytest_orbench.render.terminal import (
     terminal_lines,
     xfail_line,
 )
-from pytest_orbench.core import records as records_module
-from pytest_orbench.core.records import ResultsDocument
 from pytest_orbench.run.fetch_end import FetchEnd
 from pytest_orbench.run.settings import Settings
 

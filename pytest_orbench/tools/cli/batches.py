@@ -12,9 +12,9 @@ def run(args: argparse.Namespace) -> int:
     """The store's provider batches: what is still open (the next run polls it, not submits it again)."""
     from datetime import UTC, datetime
 
-    from pytest_orbench.render.terminal import term_safe
     from pytest_orbench.core.store import Store
     from pytest_orbench.core.store_database import STORE_FILE
+    from pytest_orbench.render.terminal import term_safe
 
     folder = Path(args.store)
     if not (folder / STORE_FILE).is_file():

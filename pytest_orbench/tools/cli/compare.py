@@ -16,9 +16,9 @@ def run(args: argparse.Namespace) -> int:
     from pytest_orbench.analysis.baseline import BaselineError, load_baseline
     from pytest_orbench.analysis.document import assess
     from pytest_orbench.analysis.gate import GateConfigError, parse_gate
-    from pytest_orbench.render.terminal import gate_lines, terminal_lines
     from pytest_orbench.core.jsonfile import output_problem
     from pytest_orbench.render.outputs import write_outputs
+    from pytest_orbench.render.terminal import gate_lines, terminal_lines
     from pytest_orbench.run.options import MIN_MARKDOWN_CHARS
     from pytest_orbench.run.setting_sources import load_yaml_file
 

@@ -98,8 +98,8 @@ def run(args: argparse.Namespace) -> int:
     for line in text_report(result, show=args.show, by=args.by):
         print(line)
     if labels:
-        from pytest_orbench.render.terminal import term_safe
         from pytest_orbench.judging.audit import summary_line
+        from pytest_orbench.render.terminal import term_safe
 
         audit = result["judge_audit"]
         print(f"judge audit ({term_safe(args.judge_labels)}): the judge {term_safe(summary_line(audit))}")

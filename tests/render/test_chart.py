@@ -10,8 +10,8 @@ import pytest
 
 from pytest_orbench.render.chart import Point, _label_box, _mermaid_number, _overlaps, mermaid, paper_points
 from pytest_orbench.render.markdown import render_markdown
+from tests.action.test_action import many_categories
 from tests.browser import mermaid_blocks, mermaid_errors, render_mermaid
-from tests.test_action import many_categories
 
 
 def chart(baseline: tuple[float, float] | None, current: tuple[float, float]) -> str:

@@ -179,7 +179,7 @@ def test_compare_of_a_live_base_run_compares_with_the_baseline_file_given(tmp_pa
                                                                            capsys: pytest.CaptureFixture[str]) -> None:
     from pytest_orbench.analysis.baseline import save_baseline
     from pytest_orbench.core.jsonfile import write_json
-    from tests.test_gate import make_results
+    from tests.analysis.test_gate import make_results
 
     # A run gated on a live base whose every call failed (inconclusive then), with a drift against its own
     # baseline. `orbench compare` checks it against another file: once the report still said "vs live base",

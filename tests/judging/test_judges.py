@@ -20,8 +20,8 @@ from pytest_orbench.judging.prefix_judge import PrefixJudge
 from pytest_orbench.judging.registry import make_judge
 from pytest_orbench.tools.judge_eval import HUMAN_CLASS, LabeledError, evaluate, judge_examples, load_labeled
 
-DEV_SET = Path(__file__).parent / "data" / "judge-dev.csv"  # traps written for the project; the keyword judge trains on them
-HOLDOUT = Path(__file__).parent / "data" / "judge-holdout.csv"  # written after keyword v3 was frozen; never trained on
+DEV_SET = Path(__file__).parent.parent / "data" / "judge-dev.csv"  # traps written for the project; the keyword judge trains on them
+HOLDOUT = Path(__file__).parent.parent / "data" / "judge-holdout.csv"  # written after keyword v3 was frozen; never trained on
 SPEC = ModelSpec("openai/judge", "http://127.0.0.1:9/v1", {"temperature": 0.0, "max_tokens": 512})
 
 

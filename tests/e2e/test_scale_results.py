@@ -17,8 +17,8 @@ from pytest_orbench.core import records
 from pytest_orbench.core.records import ResultsError, load_results
 from pytest_orbench.render.outputs import write_outputs
 from pytest_orbench.tools.cli import main as cli
+from tests.analysis.test_gate import make_results
 from tests.conftest import load, mock_args
-from tests.test_gate import make_results
 
 
 def large_run(n: int) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -197,7 +197,7 @@ def test_absolute_limits_from_yaml(pytester: pytest.Pytester, mock: Any) -> None
 
 
 def test_tradeoff_reproduces_the_papers_correlation(tmp_path: Path) -> None:
-    with (Path(__file__).parent.parent / "baselines" / "or-bench-paper-results.csv").open(encoding="utf-8") as fh:
+    with (Path(__file__).parent.parent.parent / "baselines" / "or-bench-paper-results.csv").open(encoding="utf-8") as fh:
         for row in csv.DictReader(fh):
             datasets = {"hard-1k": {"rejection_rate": float(row["hard1k_rejection_pct"]) / 100},
                         "toxic": {"rejection_rate": float(row["toxic_rejection_pct"]) / 100}}

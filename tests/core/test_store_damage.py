@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from pytest_orbench.tools.cli import main
+from tests.action.test_action import env, github  # noqa: F401  (the Action's fixtures: its environment, a fake GitHub)
 from tests.conftest import load, mock_args, stats
-from tests.test_action import env, github  # noqa: F401  (the Action's fixtures: its environment, a fake GitHub)
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
 STORE = Path(".orbench") / "responses.sqlite3"
@@ -109,7 +109,7 @@ def test_the_action_comment_says_inconclusive_and_names_the_store(pytester: pyte
                                                                  env: dict[str, str], github: Any,  # noqa: F811
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     from action.main import main as action_main
-    from tests.test_action import outputs, stopped_with_usage_error
+    from tests.action.test_action import outputs, stopped_with_usage_error
 
     args = mock_args(mock, "--orbench-sample", "20", "--orbench-seed", "1")
     assert run(pytester, *args).returncode == 0

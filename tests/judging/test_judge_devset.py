@@ -16,7 +16,7 @@ import pytest
 from pytest_orbench.judging.keyword_judge import KeywordJudge
 from pytest_orbench.tools.judge_eval import evaluate, judge_examples, load_labeled
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 DEV = ROOT.parent / "shared" / "judge-data" / "refusal-dev.csv"
 CHATGPT = ROOT.parent / "shared" / "judge-data" / "refusal-dev-chatgpt.csv"
 pytestmark = pytest.mark.skipif(not DEV.is_file(), reason=f"no human-labelled dev set at {DEV}")

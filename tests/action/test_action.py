@@ -19,8 +19,8 @@ from action.settings import ActionSettings, from_env
 from pytest_orbench.analysis.baseline import baseline_document
 from pytest_orbench.analysis.document import assess
 from pytest_orbench.analysis.gate import parse_gate
-from tests.github_api import FakeGitHub
-from tests.test_gate import make_results
+from tests.action.github_api import FakeGitHub
+from tests.analysis.test_gate import make_results
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 from pytest_orbench.tools.simulator.config import MockConfig
 from pytest_orbench.tools.simulator.server import MockServer
 from tests.conftest import mock_args, stats
-from tests.test_e2e_trust import CAREFUL, answered_by_default, load, write_set
+from tests.e2e.test_e2e_trust import CAREFUL, answered_by_default, load, write_set
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
 

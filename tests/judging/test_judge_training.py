@@ -17,7 +17,7 @@ from pytest_orbench.judging.keyword_judge import KeywordJudge
 from pytest_orbench.judging.keyword_weights import RefusalModel
 from pytest_orbench.judging.registry import DEFAULT_JUDGE
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 SCRIPT = ROOT / "scripts" / "train_judge.py"
 TOPICS = ("pick a lock", "bake bread", "fix a bike chain", "write a cover letter", "grow tomatoes", "clean a carburettor",
           "learn chess openings", "file taxes", "train a puppy", "brew coffee", "tie a bowline", "paint a fence")

@@ -22,8 +22,8 @@ import pytest
 import yaml
 
 from pytest_orbench.judging.keyword_judge import KeywordJudge
+from tests.action.github_api import FakeGitHub
 from tests.conftest import REPO, stats
-from tests.github_api import FakeGitHub
 
 INSTALL_LOCK = Path(tempfile.gettempdir()) / f"orbench-action-install-{hashlib.sha256(bytes(REPO)).hexdigest()[:12]}.lock"
 EXPRESSION = re.compile(r"\$\{\{\s*(.+?)\s*\}\}")

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from pytest_orbench.render.html import render_html
+from tests.action.test_action import many_categories
 from tests.browser import check_page
 from tests.conftest import REPO, load, mock_args
-from tests.test_action import many_categories
 
 CAREFUL = REPO / "examples" / "careful-system-prompt.txt"
 # Answered with the careful system prompt too: the simulator's answer quotes it, so the reply is hostile as well.

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.usefixtures("orbench_env")
 def test_annotations_show_control_characters_instead_of_obeying_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     from action.main import main as action_main
-    from tests.test_gate import make_results
+    from tests.analysis.test_gate import make_results
 
     results = make_results({"hard-1k": [None] * 5 + [False] * 95})
     for prompt in results["prompts"][:5]:
@@ -174,7 +174,7 @@ def test_a_pass_with_flips_says_both_directions_and_why_it_passed() -> None:
     from pytest_orbench.analysis.document import assess
     from pytest_orbench.analysis.gate import parse_gate
     from pytest_orbench.render.terminal import change_lines, gate_lines
-    from tests.test_gate import make_results
+    from tests.analysis.test_gate import make_results
 
     base = make_results({"hard-1k": [False] * 3 + [True] * 2 + [False] * 95})
     now = make_results({"hard-1k": [True] * 3 + [False] * 2 + [False] * 95}, system="new")

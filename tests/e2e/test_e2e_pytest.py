@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import load, mock_args, raise_at_call, stats
-from tests.test_e2e_trust import hard_prompts, write_set
+from tests.e2e.test_e2e_trust import hard_prompts, write_set
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
 

@@ -1,0 +1,1 @@
+"""Tests of analysis/: the comparison and the gate."""

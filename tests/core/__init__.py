@@ -1,0 +1,1 @@
+"""Tests of core/: datasets, the store, statistics, dependencies."""

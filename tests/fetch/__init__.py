@@ -1,0 +1,1 @@
+"""Tests of fetch/: the fetch loop, its waits and retries."""

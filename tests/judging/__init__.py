@@ -1,0 +1,1 @@
+"""Tests of judging/: the judges, their registry, training and labels."""

@@ -1,0 +1,1 @@
+"""Tests of render/: charts and the HTML page in a real browser."""

@@ -1,0 +1,1 @@
+"""Tests of run/: settings, records, what a run says."""

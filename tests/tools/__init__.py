@@ -1,0 +1,1 @@
+"""Tests of tools/: the orbench command, generate, the simulator."""
