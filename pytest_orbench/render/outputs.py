@@ -73,14 +73,15 @@ def _html(path: Path, results: ResultsDocument, context: OutputContext) -> list[
     return [path]
 
 
-# In the order they are written.
+# In the order they are written and listed ("wrote PATH"). Adding a format: an entry here and its module;
+# its option (run/options.py) and its Settings.outputs key follow from the entry.
 FORMATS: tuple[OutputFormat, ...] = (
     OutputFormat("json", "--orbench-json", "write the results JSON here", _results_json),
     OutputFormat("markdown", "--orbench-markdown", "write the Markdown report here", _markdown),
-    OutputFormat("svg", "--orbench-svg", "write the trade-off chart (SVG) here", _svg),
-    OutputFormat("junit", "--orbench-junit", "JUnit XML with one testcase per gate check", _junit),
     OutputFormat("html", "--orbench-html", "write a self-contained HTML page for reviewers here: the summary, the chart, "
                  "every flipped prompt with both sides' replies, filters", _html),
+    OutputFormat("svg", "--orbench-svg", "write the trade-off chart (SVG) here", _svg),
+    OutputFormat("junit", "--orbench-junit", "JUnit XML with one testcase per gate check", _junit),
 )
 FORMAT = {f.key: f for f in FORMATS}
 

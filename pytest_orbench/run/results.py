@@ -16,7 +16,7 @@ from pytest_orbench.analysis.document import BaselineUpdate, Reference, build_re
 from pytest_orbench.analysis.gate import BLOCKING
 from pytest_orbench.core.records import LIVE_BASE, BaselineDocument, PromptRecord, ResultsDocument
 from pytest_orbench.judging.judges import Verdict
-from pytest_orbench.render.outputs import FORMATS, write_outputs
+from pytest_orbench.render.outputs import write_outputs
 from pytest_orbench.run import completeness
 from pytest_orbench.run.dry_run import dry_run
 from pytest_orbench.run.fetch_end import Fetched
@@ -69,9 +69,9 @@ class RunResults:
         records, reference = self._assemble(session, exitstatus)
         s = self.settings
         assert self.results is not None
-        write_outputs(self.results, {f.key: getattr(s, f.key) for f in FORMATS},
+        write_outputs(self.results, s.outputs,
                       markdown_max_chars=s.markdown_max_chars, failed=self.unwritten, reference=reference,
-                      store=self.fetched.store() if s.html else None, labels=s.judge_labels is not None)
+                      store=self.fetched.store() if s.outputs.get("html") else None, labels=s.judge_labels is not None)
         self._set_exit_status(session, records)
 
     def _assemble(self, session: pytest.Session, exitstatus: int

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from pytest_orbench.render.outputs import FORMATS
 from pytest_orbench.run.live_base import live_base
 from pytest_orbench.run.setting_checks import (
     batch_settings,
@@ -72,7 +73,6 @@ def build_settings(config: pytest.Config) -> Settings:
         sample=values["sample"],
         seed=values["seed"],
         concurrency=values["concurrency"],
-        json=path("json"),
         store=store,
         refresh=bool(values["refresh"]),
         offline=bool(values["offline"]),
@@ -83,10 +83,7 @@ def build_settings(config: pytest.Config) -> Settings:
         baseline=path("baseline"),
         update_baseline=bool(values["update_baseline"]),
         strict=bool(values["strict"]),
-        junit=path("junit"),
-        markdown=path("markdown"),
-        html=path("html"),
-        svg=path("svg"),
+        outputs={output.key: path(output.key) for output in FORMATS},
         gate=gate,
         api_key=key,
         store_max_age=0.0 if values["refresh"] else max_age,

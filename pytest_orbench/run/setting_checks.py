@@ -212,8 +212,9 @@ def check_api_bases(values: dict[str, Any]) -> None:
 
 def outputs(src: Sources, update: Path | None) -> dict[str, Path | None]:
     """The files the run writes, by the flag that names each; `update`: the baseline when it is rewritten."""
-    return {"--orbench-json": src.path("json"), "--orbench-markdown": src.path("markdown"), "--orbench-html": src.path("html"),
-            "--orbench-svg": src.path("svg"), "--orbench-junit": src.path("junit"),
+    from pytest_orbench.render.outputs import FORMATS
+
+    return {**{output.flag: src.path(output.key) for output in FORMATS},
             "--orbench-baseline (--orbench-update-baseline)": update}
 
 

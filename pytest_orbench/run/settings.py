@@ -40,7 +40,6 @@ class Settings:
     sample: int | None
     seed: int | None
     concurrency: int
-    json: Path | None
     store: Path
     refresh: bool
     offline: bool
@@ -51,10 +50,7 @@ class Settings:
     baseline: Path | None = None
     update_baseline: bool = False
     strict: bool = False
-    junit: Path | None = None
-    markdown: Path | None = None
-    html: Path | None = None
-    svg: Path | None = None
+    outputs: dict[str, Path | None] = field(default_factory=dict)  # the files written, by format key (render/outputs.py)
     gate: GateConfig = field(default_factory=GateConfig)
     api_key: str | None = field(default=None, repr=False)
     store_max_age: float | None = 7 * 86400.0  # seconds; None = no limit

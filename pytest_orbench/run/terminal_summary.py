@@ -35,12 +35,12 @@ def write_summary(terminalreporter: Any, results: ResultsDocument, settings: Set
         terminalreporter.write_line(f"orbench: a second interrupt ended the wait for the replies in flight: the fetch "
                                     f"process (pid {fetch.draining}) stores them by itself, and "
                                     "the next run reuses them; they are not counted here", yellow=True)
-    for path in (settings.json, settings.markdown, settings.html, settings.svg, settings.junit):
+    for key, path in settings.outputs.items():
         if path is not None and path in unwritten:
             terminalreporter.write_line(f"NOT written: {path}: {unwritten[path]}", red=True, bold=True)
         elif path is not None:
             terminalreporter.write_line(f"wrote {path}")
-            if path == settings.json and len(results["prompts"]) > records_module.FULL_PROMPTS_MAX:
+            if key == "json" and len(results["prompts"]) > records_module.FULL_PROMPTS_MAX:
                 terminalreporter.write_line(
                     f"wrote {path.parent / records_module.prompt_lines_name(path)}: every prompt's record, one per "
                     f"line ({path.name} keeps the summary, the gate and the flips and errors: over "
