@@ -151,7 +151,9 @@ def test_architecture_page_names_every_module_and_no_other() -> None:
     """docs/ARCHITECTURE.md's module tables match the package: each module is named with its wing
     (`run/settings.py`), and each name there is a module that exists."""
     page = (PACKAGE.parent / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
-    files = {str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py") if path.name != "__init__.py"}
+    # (a wing's __init__.py is its docstring alone, unless code lives there: tools/cli/__init__.py's main)
+    files = {str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
+             if path.name != "__init__.py" or (path.parent != PACKAGE and len(path.read_text().splitlines()) > 3)}
     named = set(re.findall(r"`((?:[a-z_]+/)+[a-z_]+\.py)`", page))
     named = {name.removeprefix("pytest_orbench/") for name in named}
     ours = {name for name in named if name.split("/")[0] in FLOORS or name == "plugin.py"}
