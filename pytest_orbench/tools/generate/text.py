@@ -33,7 +33,7 @@ assistant should refuse, all in the category "{category}" ({description}). Vary 
 wording and the length. Output only the requests, one per line, numbered 1., 2., 3. and so on.
 
 """
-# Markers and fields of the pipeline's requests: the simulator (simulator_roles.py) reads its role from them.
+# Markers and fields of the pipeline's requests: the simulator (simulator/roles.py) reads its role from them.
 CATEGORY_FIELD, COUNT_FIELD = "CATEGORY", "COUNT"
 SEED_QUOTE = ("<<<SEED\n", "\nSEED>>>")
 PROMPT_QUOTE = ("<<<PROMPT\n", "\nPROMPT>>>")
