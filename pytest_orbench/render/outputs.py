@@ -8,10 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_orbench.core.jsonfile import write_atomic
-from pytest_orbench.core.records import BaselineDocument, ResultsDocument
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # (run/options.py reads the table at every pytest start: nothing else is imported then)
+    from pytest_orbench.core.records import BaselineDocument, ResultsDocument
     from pytest_orbench.core.store import Store
 
 
@@ -36,6 +34,13 @@ class OutputFormat:
     write: Callable[[Path, ResultsDocument, OutputContext], list[Path]]
 
 
+def _write(path: Path, text: str) -> list[Path]:
+    from pytest_orbench.core.jsonfile import write_atomic
+
+    write_atomic(path, text)
+    return [path]
+
+
 def _results_json(path: Path, results: ResultsDocument, context: OutputContext) -> list[Path]:
     from pytest_orbench.render.results_file import write_results
 
@@ -48,29 +53,25 @@ def _markdown(path: Path, results: ResultsDocument, context: OutputContext) -> l
         render_markdown_within,
     )
 
-    write_atomic(path, render_markdown_within(results, context.markdown_max_chars or GITHUB_COMMENT_LIMIT))
-    return [path]
+    return _write(path, render_markdown_within(results, context.markdown_max_chars or GITHUB_COMMENT_LIMIT))
 
 
 def _svg(path: Path, results: ResultsDocument, context: OutputContext) -> list[Path]:
     from pytest_orbench.render.chart import tradeoff_svg
 
-    write_atomic(path, tradeoff_svg(results))
-    return [path]
+    return _write(path, tradeoff_svg(results))
 
 
 def _junit(path: Path, results: ResultsDocument, context: OutputContext) -> list[Path]:
     from pytest_orbench.render.junit import junit_xml
 
-    write_atomic(path, junit_xml(results))
-    return [path]
+    return _write(path, junit_xml(results))
 
 
 def _html(path: Path, results: ResultsDocument, context: OutputContext) -> list[Path]:
     from pytest_orbench.render.html import render_html  # only runs that write one
 
-    write_atomic(path, render_html(results, context.reference, context.store, context.labels))
-    return [path]
+    return _write(path, render_html(results, context.reference, context.store, context.labels))
 
 
 # In the order they are written and listed ("wrote PATH"). Adding a format: an entry here and its module;
