@@ -19,7 +19,7 @@ from pytest_orbench.judging.judges import Verdict
 from pytest_orbench.render.outputs import write_outputs
 from pytest_orbench.run import completeness
 from pytest_orbench.run.dry_run import dry_run
-from pytest_orbench.run.fetch_end import Fetched
+from pytest_orbench.run.fetch_end import Fetched, FetchEnd
 from pytest_orbench.run.handover import RecordHandover
 from pytest_orbench.run.metadata import RunFacts
 from pytest_orbench.run.progress import ProgressDisplay
@@ -42,6 +42,7 @@ class RunResults:
         self.settings = facts.settings
         self.records: dict[str, PromptRecord] = {}
         self.results: ResultsDocument | None = None
+        self.ended: FetchEnd | None = None  # the fetch as the results found it (with `results`)
         self.forgiven_errors = 0
         self.not_written: str | None = None  # why --orbench-update-baseline wrote nothing, when no prompt ran
         self.unwritten: dict[Path, str] = {}  # output files that could not be written (a full disk), and why
@@ -99,7 +100,8 @@ class RunResults:
                           "compared with the one there before")
         # Calls made for prompt tests that then did not run (-x, Ctrl-C after the fetch got ahead): paid for
         # and stored, but in no record; counted apart so the run's calls and spend are not mistaken for all of it.
-        unrun = self.fetched.fetch_end(self.records.keys()).not_run
+        self.ended = self.fetched.fetch_end(self.records.keys())  # (one pass over every prompt's keys)
+        unrun = self.ended.not_run
         run_section(run, records, owners, unrun=unrun, live_base=s.base is not None,
                     llm_judge=self.facts.judge.llm is not None, started=self.facts.started, compared_with=compared_with)
         verification = None
@@ -149,7 +151,8 @@ class RunResults:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.results is not None:
-            write_summary(terminalreporter, self.results, self.settings, self.fetched.fetch_end(self.records.keys()),
+            assert self.ended is not None
+            write_summary(terminalreporter, self.results, self.settings, self.ended,
                           self.unwritten, self.forgiven_errors)
             return
         if not self.records and self.facts.datasets and not dry_run(terminalreporter.config):
