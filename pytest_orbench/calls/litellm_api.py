@@ -131,7 +131,7 @@ class LiteLLMCaller:
     def __init__(self, spec: ModelSpec, system_prompt: str | None = None) -> None:
         self.spec = spec
         self.system_prompt = system_prompt
-        self.litellm = _import_litellm()
+        _import_litellm()  # now, where it fails as this caller (a compromised release, no litellm)
         self._secrets = secrets_of(spec)
 
     def _scrub(self, text: str) -> str:

@@ -63,10 +63,6 @@ class FetchChild:
     def pid(self) -> int | None:
         return None if self._proc is None else self._proc.pid
 
-    @property
-    def spawned(self) -> bool:
-        return self._proc is not None
-
     def _send(self, message: Any) -> bool:
         if self._proc is None or self._proc.stdin is None:
             return False
@@ -268,10 +264,7 @@ def _run_shard(work: FetchFrame, shard: int, shards: int, wait_for_stop: Any,
 
     jobs, concurrency = _share(work, shard, shards)
     store = Store(work.store)
-    judge = None
-    if work.judge_spec is not None:
-        assert work.judge is not None  # sent together
-        judge = make_judge(work.judge, work.judge_spec, work.keyword_model)
+    judge = make_judge(work.judge, work.judge_spec, work.keyword_model) if work.judge is not None else None
     stage = judge_stage(judge, store, work.retries, work.max_age) if judge is not None else None
     configs = work.configs
     max_cost = None if work.max_cost is None else work.max_cost / shards

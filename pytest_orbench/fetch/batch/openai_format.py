@@ -19,7 +19,6 @@ from pytest_orbench.core.endpoint import ModelSpec, provider_of, redact_url
 # Providers whose batches litellm submits in OpenAI's JSONL format (Vertex AI, Bedrock and Anthropic
 # take other request files and storage buckets: not supported yet).
 PROVIDERS = ("openai", "azure", "hosted_vllm", "litellm_proxy")
-MAX_REQUESTS = 50_000  # OpenAI: requests per input file (BatchSettings.max_requests by default)
 MAX_BYTES = 190_000_000  # OpenAI: 200 MB per input file, with room to spare
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
 # Chat completion parameters that go into each request line; other litellm_kwargs (custom pricing,
@@ -178,7 +177,10 @@ class OpenAIFormat:
     @staticmethod
     def batch_errors(batch: Any) -> str:
         """What a failed batch says went wrong (": ..."), or ""."""
-        return _batch_errors(batch)
+        errors = getattr(batch, "errors", None)
+        data = getattr(errors, "data", None) or (errors.get("data") if isinstance(errors, dict) else None) or []
+        messages = [str(getattr(e, "message", None) or (e.get("message") if isinstance(e, dict) else e)) for e in data]
+        return (": " + "; ".join(messages)[:300]) if messages else ""
 
 
 def _filtered(line: dict[str, Any]) -> bool:
@@ -206,9 +208,3 @@ def _problem(line: dict[str, Any], batch_id: str) -> tuple[str, bool]:
         return f"batch {batch_id} request failed: {error.get('code')}: {error.get('message')}", True
     return f"batch {batch_id} returned a line without a response", True
 
-
-def _batch_errors(batch: Any) -> str:
-    errors = getattr(batch, "errors", None)
-    data = getattr(errors, "data", None) or (errors.get("data") if isinstance(errors, dict) else None) or []
-    messages = [str(getattr(e, "message", None) or (e.get("message") if isinstance(e, dict) else e)) for e in data]
-    return (": " + "; ".join(messages)[:300]) if messages else ""

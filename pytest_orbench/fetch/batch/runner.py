@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_orbench.calls.errors import EndpointError
 from pytest_orbench.core.records import NOT_REQUESTED
-from pytest_orbench.fetch.batch.openai_format import MAX_REQUESTS
 
 if TYPE_CHECKING:
     from pytest_orbench.core.store import Store
@@ -31,9 +30,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class BatchSettings:
-    poll: float = 30.0  # seconds between retrievals of a batch
-    wait: float = 86400.0  # seconds this session waits for its batches; the rest is collected by the next run
-    max_requests: int = MAX_REQUESTS  # request lines per file
+    poll: float  # seconds between retrievals of a batch
+    wait: float  # seconds this session waits for its batches; the rest is collected by the next run
+    max_requests: int  # request lines per file (--orbench-batch-max-requests)
 
 
 class Sink(Protocol):
