@@ -14,9 +14,10 @@ from pytest_orbench.run.settings import Settings
 
 
 def stopped(session: pytest.Session, exitstatus: int, scheduled: set[str] | None, datasets: list[Dataset],
-            ran_ids: Collection[str], ran: int) -> str | None:
+            ran_ids: Collection[str]) -> str | None:
     """Why the run ended before its selected prompts were done (None: it did not). A stop after every
     selected prompt ran (-x on one of your own tests that came later) left nothing unchecked."""
+    ran = len(ran_ids)
     total = len(scheduled) if scheduled is not None else sum(len(d.prompts) for d in datasets)
     if scheduled is not None and scheduled <= set(ran_ids) and exitstatus != pytest.ExitCode.INTERNAL_ERROR:
         return None

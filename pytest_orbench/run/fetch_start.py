@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Collection, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -13,11 +14,13 @@ from pytest_orbench.fetch.coordinator import Coordinator
 from pytest_orbench.fetch.plan import Plan, Request
 from pytest_orbench.run.collection import selects_every_prompt
 from pytest_orbench.run.dry_run import dry_run
-from pytest_orbench.run.estimate import Part, run_parts
 from pytest_orbench.run.fetch_end import FetchEnd
 from pytest_orbench.run.keys import PromptKeys
 from pytest_orbench.run.metadata import RunFacts
 from pytest_orbench.run.progress import ProgressDisplay
+
+if TYPE_CHECKING:
+    from pytest_orbench.run.estimate import Part
 
 
 class FetchStart:
@@ -76,6 +79,8 @@ class FetchStart:
             self.scheduled = {self.keys.prompt_ids[n] for n in nodeids if n in self.keys.prompt_ids}
 
     def _parts(self, plan: Plan) -> list[Part]:
+        from pytest_orbench.run.estimate import run_parts  # (runs that check a cost: the prices, the tokens)
+
         return run_parts(self.settings, self.facts.judge, plan, self.keys, self.facts.baseline, self.baseline_refused)
 
     def _check_max_cost(self, plan: Plan) -> None:
@@ -86,6 +91,11 @@ class FetchStart:
         problem = over_limit(self.settings, self._parts(plan))
         if problem is not None:
             raise pytest.UsageError(f"pytest-orbench: {problem}")
+
+    def start(self, nodeids: list[str]) -> None:
+        """The prompts selected to run, scheduled and fetched for (after collection)."""
+        self.schedule(nodeids)
+        self.begin(self.keys.of_nodes(nodeids))
 
     def begin(self, requests: list[Request], announce: bool = True, preview: Plan | None = None) -> None:
         """Start the fetch for these requests, once per session (at configure when every prompt is

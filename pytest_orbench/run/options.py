@@ -42,9 +42,6 @@ class Option:
         return "orbench_" + self.key
 
 
-_PLACED_OUTPUTS = ("json", "junit", "markdown", "html", "svg")  # placed among the options below, as --help lists them
-
-
 def _output(key: str) -> Option:
     """The setting of a file a run writes, as its format declares it (render/outputs.FORMATS)."""
     output = FORMAT[key]
@@ -134,8 +131,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("base_max_tokens", "int", None, "live base: max tokens per reply (default: the run's)",
            "--orbench-base-max-tokens", ini=False),
     Option("generate", "dict", None, "settings of `orbench generate` (YAML only; ignored by pytest)", ini=False),
-    *(_output(key) for key in FORMAT if key not in _PLACED_OUTPUTS),  # a format added later: last
 )
+# A format added later (render/outputs.FORMATS) and not placed above: its option comes last.
+OPTIONS += tuple(_output(key) for key in FORMAT if key not in {option.key for option in OPTIONS})
 BY_KEY = {o.key: o for o in OPTIONS}
 
 def register_options(parser: pytest.Parser) -> None:

@@ -8,7 +8,7 @@ from typing import NoReturn
 
 import pytest
 
-from pytest_orbench.core.records import PromptRecord
+from pytest_orbench.core.records import REPORT_PROPERTY, PromptRecord
 from pytest_orbench.core.store_database import StoreError
 from pytest_orbench.fetch.coordinator import Coordinator
 from pytest_orbench.fetch.loop import Outcome
@@ -84,7 +84,7 @@ class PromptRun:
         the gate's "completeness" check quotes (inconclusive); never an internal error."""
         message = unusable_store(exc)
         item.session.shouldstop = message
-        if not any(name == "orbench" for name, _ in item.user_properties):
+        if not any(name == REPORT_PROPERTY for name, _ in item.user_properties):
             # a result, so that the gate says inconclusive
             self.handover.hand_over(item, error_record(item.prompt, message, None, None, self.digest))
         pytest.fail(message, pytrace=False)

@@ -25,7 +25,6 @@ from pytest_orbench.run.metadata import RunFacts
 from pytest_orbench.run.progress import ProgressDisplay
 from pytest_orbench.run.record_sums import LIVE_BASE_IDENTICAL, base_record, mark_shared
 from pytest_orbench.run.terminal_summary import nothing_ran, write_summary
-from pytest_orbench.run.verification import verify_flips
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -110,11 +109,13 @@ class RunResults:
             # the compared side's replies where stored) before anything is counted.
             store = self.fetched.store(open_it=True)
             assert store is not None
+            from pytest_orbench.run.verification import verify_flips  # (only runs that verify)
+
             reference, verification = verify_flips(s, records, reference, store)
             if s.base is not None:
                 _, base_results = self._reference(records, expected)
         stopped = completeness.stopped(session, exitstatus, self.fetched.scheduled, self.facts.datasets,
-                                       self.records.keys(), len(records))
+                                       self.records.keys())
         update = None
         if s.update_baseline and s.baseline is not None:
             update = BaselineUpdate(s.baseline, stopped or completeness.incomplete(s, self.facts.datasets, records))

@@ -143,8 +143,7 @@ class OrbenchPlugin:
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
         if not dry_run(session.config) and not self.config.pluginmanager.hasplugin("dsession"):
             nodeids = [i.nodeid for i in session.items if isinstance(i, PromptItem)]
-            self.fetch.schedule(nodeids)
-            self.fetch.begin(self.keys.of_nodes(nodeids))
+            self.fetch.start(nodeids)
         try:
             return (yield)
         finally:
@@ -168,5 +167,4 @@ class OrbenchPlugin:
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         """The controller fetches for every worker: the first worker's collection names the prompts."""
         if not dry_run(self.config):
-            self.fetch.schedule(ids)
-            self.fetch.begin(self.keys.of_nodes(ids))
+            self.fetch.start(ids)
