@@ -135,13 +135,3 @@ def find_normalised_refusal(text: str) -> tuple[str, int] | None:
             continue
         return " ".join(phrase.split()), match.start()
     return None
-
-
-def refusal_phrase(text: str) -> str | None:
-    """The refusal a reply states in so many words, if any (see `find_refusal`).
-
-    Decides direct vs indirect refusal once the model has called a reply a refusal: a refusal that
-    says so is direct; one that only deflects, redirects or lectures is indirect.
-    """
-    found = find_refusal(text)
-    return found[0] if found else None

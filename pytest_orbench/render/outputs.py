@@ -25,13 +25,16 @@ class OutputContext:
 
 @dataclass(frozen=True)
 class OutputFormat:
-    """One file a run can write: its setting key (YAML key, `orbench_<key>` ini key), flag and help, and its writer,
+    """One file a run can write: its setting key (YAML key, `orbench_<key>` ini key, `--orbench-<key>` flag) and help, and its writer,
     which returns the files it wrote (the results JSON of a large run is two)."""
 
     key: str
-    flag: str
     help: str
     write: Callable[[Path, ResultsDocument, OutputContext], list[Path]]
+
+    @property
+    def flag(self) -> str:
+        return f"--orbench-{self.key}"
 
 
 def _write(path: Path, text: str) -> list[Path]:
@@ -77,12 +80,12 @@ def _html(path: Path, results: ResultsDocument, context: OutputContext) -> list[
 # In the order they are written and listed ("wrote PATH"). Adding a format: an entry here and its module;
 # its option (run/options.py) and its Settings.outputs key follow from the entry.
 FORMATS: tuple[OutputFormat, ...] = (
-    OutputFormat("json", "--orbench-json", "write the results JSON here", _results_json),
-    OutputFormat("markdown", "--orbench-markdown", "write the Markdown report here", _markdown),
-    OutputFormat("html", "--orbench-html", "write a self-contained HTML page for reviewers here: the summary, the chart, "
+    OutputFormat("json", "write the results JSON here", _results_json),
+    OutputFormat("markdown", "write the Markdown report here", _markdown),
+    OutputFormat("html", "write a self-contained HTML page for reviewers here: the summary, the chart, "
                  "every flipped prompt with both sides' replies, filters", _html),
-    OutputFormat("svg", "--orbench-svg", "write the trade-off chart (SVG) here", _svg),
-    OutputFormat("junit", "--orbench-junit", "JUnit XML with one testcase per gate check", _junit),
+    OutputFormat("svg", "write the trade-off chart (SVG) here", _svg),
+    OutputFormat("junit", "JUnit XML with one testcase per gate check", _junit),
 )
 FORMAT = {f.key: f for f in FORMATS}
 

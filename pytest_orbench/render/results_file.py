@@ -6,8 +6,14 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from pytest_orbench.core.jsonfile import write_atomic, write_json
-from pytest_orbench.core.records import ResultsDocument
+from pytest_orbench.core.jsonfile import escape_invisible, write_atomic, write_json
+from pytest_orbench.core.records import (
+    FULL_PROMPTS_MAX,
+    PROMPTS_SCHEMA,
+    PROMPTS_SCHEMA_VERSION,
+    ResultsDocument,
+    prompt_lines_name,
+)
 
 
 def flipped_ids(results: ResultsDocument) -> set[str]:
@@ -33,9 +39,6 @@ def write_results(path: Path, results: ResultsDocument) -> list[Path]:
     `prompts_file` naming the other (schema, records, SHA-256). `records.load_results` reads both forms."""
     import hashlib
     import json as json_module
-
-    from pytest_orbench.core.jsonfile import escape_invisible
-    from pytest_orbench.core.records import FULL_PROMPTS_MAX, PROMPTS_SCHEMA, PROMPTS_SCHEMA_VERSION, prompt_lines_name
 
     prompts = results["prompts"]
     if len(prompts) <= FULL_PROMPTS_MAX:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from pytest_orbench.core.datasets.registry import BUILTINS
-from pytest_orbench.judging.registry import DEFAULT_JUDGE, names_help
+from pytest_orbench.judging.registry import DEFAULT_JUDGE, llm_judge_names, names_help
 from pytest_orbench.render.outputs import FORMAT
 
 MAX_TRIALS = 20
@@ -92,7 +92,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("offline", "bool", False, "use only stored responses; a missing one is an error", "--orbench-offline"),
     Option("data_dir", "path", None, "folder holding the dataset files under their upstream names (or ORBENCH_DATA_DIR)", "--orbench-data-dir"),
     Option("judge", "str", DEFAULT_JUDGE, f"refusal judge: {names_help()}", "--orbench-judge"),
-    Option("judge_model", "str", None, "litellm model string of the LLM judge (judge llm / hybrid)", "--orbench-judge-model"),
+    Option("judge_model", "str", None, f"litellm model string of the LLM judge (judge {' / '.join(llm_judge_names())})", "--orbench-judge-model"),
     Option("judge_api_base", "str", None, "base URL of the judge model's endpoint", "--orbench-judge-api-base"),
     Option("judge_api_key_env", "str", None, "environment variable holding the judge's API key", "--orbench-judge-api-key-env"),
     Option("judge_max_tokens", "int", 512, "max tokens per judge reply (explanation + class)", "--orbench-judge-max-tokens"),

@@ -147,10 +147,11 @@ def _labels_audit(args: argparse.Namespace, judge: Any, labels: list[Label], mak
     """The audit of `judge` against the labels: cross-validated for the adapted keyword judge; the judge's own
     verdicts on the labelled replies otherwise (LLM calls stored, as for FILE)."""
     from pytest_orbench.judging.audit import audit_judge
+    from pytest_orbench.judging.registry import adaptable, calls_llm
     from pytest_orbench.tools.judge_eval import Example, judge_examples
 
     verdicts: list[dict[str, Any]] = []
-    if judge.id != "keyword":
+    if calls_llm(judge.id) or not adaptable(judge.id):  # (the adaptable offline judge: cross-validated by the audit)
         rows = [Example(n, label.prompt, label.response, label.label, "") for n, label in enumerate(labels, start=1)]
         for label, judgement in zip(labels, judge_examples(judge, rows, make_stage, args.concurrency)):
             refused = getattr(getattr(judgement, "verdict", None), "refused", None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from pytest_orbench.judging.registry import DEFAULT_JUDGE
+from pytest_orbench.judging.registry import DEFAULT_JUDGE, llm_judge_names
 from pytest_orbench.tools.cli.judge_names import JUDGE_HELP, JUDGE_MODEL_HELP, PANEL_JUDGE_HELP
 
 # The simulator's fault kinds (simulator/completions.py, _fault), named here so the help needs no import of it.
@@ -152,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--panel", action="append", help="a panel model for the hard subset; repeat (the paper used 6)")
     gen.add_argument("--panel-min", type=int, help="keep prompts refused by at least this many panel models (default 3)")
     gen.add_argument("--panel-judge", help=PANEL_JUDGE_HELP)
-    gen.add_argument("--judge-model", help="the LLM judge's model (panel judge llm / hybrid)")
+    gen.add_argument("--judge-model", help=f"the LLM judge's model (panel judge {' / '.join(llm_judge_names())})")
     gen.add_argument("--api-base", help="default base URL for every model without its own api_base")
     gen.add_argument("--api-key-env", help="default environment variable holding the key")
     gen.add_argument("--dedupe", type=finite_float, help="near-duplicate similarity threshold in [0, 1] (default 0.85)")

@@ -23,7 +23,6 @@ class MockState:
         self.faults: Counter[str] = Counter()
         self.in_flight = 0
         self.max_in_flight = 0
-        self.authorizations: Counter[str] = Counter()
         self.judged: dict[str, str | None] = {}  # sha256 of the judged prompt -> class given (None: unscored)
         self.judge_requests = 0
         self.header_ok = 0  # requests that carried the required gateway header
