@@ -6,9 +6,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from pytest_orbench.core import records
 from pytest_orbench.core.jsonfile import escape_invisible, write_atomic, write_json
 from pytest_orbench.core.records import (
-    FULL_PROMPTS_MAX,
     PROMPTS_SCHEMA,
     PROMPTS_SCHEMA_VERSION,
     ResultsDocument,
@@ -41,7 +41,7 @@ def write_results(path: Path, results: ResultsDocument) -> list[Path]:
     import json as json_module
 
     prompts = results["prompts"]
-    if len(prompts) <= FULL_PROMPTS_MAX:
+    if len(prompts) <= records.FULL_PROMPTS_MAX:  # (read when called, as the terminal summary reads it)
         write_json(path, results)
         return [path]
     lines_path = path.parent / prompt_lines_name(path)
