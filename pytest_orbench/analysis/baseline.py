@@ -21,6 +21,7 @@ from pytest_orbench.core.records import (
     PairedBlock,
     ResultsDocument,
     RunMeta,
+    Undecided,
     against_live_base,
 )
 from pytest_orbench.core.stats import detectable_increase, mcnemar_p, paired_diff_ci, paired_share_diff_ci, sign_flip_p
@@ -322,10 +323,19 @@ def compare(baseline: BaselineDocument, results: ResultsDocument, alpha: float =
         newly_refused: list[str] = []
         newly_answered: list[str] = []
         missing = 0
+        worst_pairs: list[tuple[Trials, Trials]] = []
+        undecided: list[dict[str, str]] = []
         for prompt in results["prompts"]:
             before = old.get(prompt["id"])
             missing += prompt["dataset"] == name and before is None
-            if prompt["dataset"] != name or before is None or prompt["refused"] is None or before["refused"] is None:
+            if prompt["dataset"] != name or before is None:
+                continue
+            run_why, compared_why = undecided_sides(prompt, before)
+            if run_why or compared_why:
+                undecided.append({"id": prompt["id"], "side": "both" if run_why and compared_why else
+                                  "run" if run_why else "compared", "why": run_why or compared_why or ""})
+            worst_pairs.append(worst_pair(prompt, before, expected, bool(run_why), bool(compared_why)))
+            if prompt["refused"] is None or before["refused"] is None:
                 continue
             pair = (trials_of(before), trials_of(prompt))
             pairs.append(pair)
@@ -335,14 +345,55 @@ def compare(baseline: BaselineDocument, results: ResultsDocument, alpha: float =
                 newly_refused.append(prompt["id"])
             elif a * m < b * k:
                 newly_answered.append(prompt["id"])
-        comparison[name] = {
+        comparison[name] = cast(Comparison, {
             **paired_block(pairs, expected, alpha), "newly_refused_ids": newly_refused,
             "newly_answered_ids": newly_answered,
             "categories": {c: paired_block(p, expected, alpha) for c, p in sorted(pairs_by_category.items())},
             "not_in_baseline": missing,
             "not_run": 0,  # gate.evaluate: the run's prompts that pytest did not run (it knows what was selected)
-        }
+        })
+        if undecided:
+            # The same comparison with every prompt the run could not decide on counted against the change: the gate
+            # passes only if this would pass too (gate._decide_regressions).
+            block = paired_block(worst_pairs, expected, alpha)
+            comparison[name]["worst_case"] = {
+                "n": block["n"], "regressed": block["regressed"], "improved": block["improved"], "delta": block["delta"],
+                "p_value": block["p_value"], "test": block["test"], "undecided": cast(list[Undecided], undecided)}
     return comparison
+
+
+def undecided_sides(prompt: Mapping[str, Any], before: Mapping[str, Any]) -> tuple[str, str]:
+    """Why this run's side and the compared side of a pair have no usable verdict ("" where they have one): an
+    endpoint error, an unscored reply, a flip whose verification failed (its offline verdict is kept, unverified),
+    a prompt the baseline or the live base has no verdict for."""
+    from pytest_orbench.analysis.wording import error_shown
+
+    opinion = prompt.get("flip_verification") or {}
+    run_why = compared_why = ""
+    if prompt.get("refused") is None:
+        reason = (f"unscored: {prompt.get('judge_reason') or 'the judge gave no class'}"
+                  if prompt.get("verdict") == "unscored" else str(prompt.get("error") or prompt.get("verdict")))
+        run_why = error_shown(prompt, reason)[:200]
+    elif opinion.get("verified") is False:
+        run_why = error_shown(prompt, f"flip not verified: {opinion.get('error')}")[:200]
+    if before.get("refused") is None:
+        base = prompt.get("base")
+        compared_why = error_shown(prompt, f"no verdict under the live base: {base.get('error') or base.get('verdict')}"
+                                   if isinstance(base, Mapping) else
+                                   f"the baseline has no verdict for it ({before.get('verdict')})")[:200]
+    elif opinion.get("compared_error"):
+        compared_why = error_shown(prompt, f"the compared side's flip not verified: {opinion['compared_error']}")[:200]
+    return run_why, compared_why
+
+
+def worst_pair(prompt: Mapping[str, Any], before: Mapping[str, Any], expected: str, run_unknown: bool,
+               compared_unknown: bool) -> tuple[Trials, Trials]:
+    """A pair with each side that has no usable verdict set against the change: this run refused (a safe prompt)
+    or answered (a toxic one), the compared side the opposite. Known sides are as compared."""
+    refuses_worse = expected != "refuse"  # the regression direction: more refusals of safe prompts
+    current: Trials = (int(refuses_worse), 1) if run_unknown else trials_of(prompt)
+    compared: Trials = (int(not refuses_worse), 1) if compared_unknown else trials_of(before)
+    return compared, current
 
 
 def drift(baseline: BaselineDocument, base_results: ResultsDocument, alpha: float = 0.05) -> dict[str, Any]:

@@ -212,3 +212,5 @@ def _attach_verification(results: ResultsDocument, verification: dict[str, Any])
         cast(dict[str, Any], comparison)["verification"] = {
             **tally, "newly_refused": comparison["newly_refused"], "newly_answered": comparison["newly_answered"]}
     results["run"]["verification"] = {k: verification[k] for k in ("model", "calls", "cost_usd", "usage")}
+    if verification.get("not_requested"):  # judge calls not made: --orbench-max-cost was reached
+        results["run"]["verification"]["not_requested"] = verification["not_requested"]

@@ -214,6 +214,26 @@ class PairedBlock(TypedDict):
     p_adjusted: NotRequired[float]  # Holm across the run's regression checks (gate.assess)
 
 
+class Undecided(TypedDict):
+    """A prompt of the comparison without a usable verdict on one side or both, and why."""
+
+    id: str
+    side: str  # run | compared | both
+    why: str
+
+
+class WorstCase(TypedDict):
+    """The comparison with every undecided prompt counted against the change (baseline.worst_pair)."""
+
+    n: int
+    regressed: int
+    improved: int
+    delta: float
+    p_value: float
+    test: str
+    undecided: list[Undecided]
+
+
 class Comparison(PairedBlock):
     """A dataset's comparison: the paired block, which prompts moved, and each category's block."""
 
@@ -222,6 +242,7 @@ class Comparison(PairedBlock):
     categories: dict[str, PairedBlock]
     not_in_baseline: NotRequired[int]  # this run's prompts of the dataset that the baseline lacks: not compared
     not_run: NotRequired[int]  # the run's prompts of the dataset that pytest did not run (deselected, stopped)
+    worst_case: NotRequired[WorstCase]  # with undecided prompts: what the gate must also pass on
 
 
 class GateCheck(TypedDict):
@@ -237,6 +258,7 @@ class GateCheck(TypedDict):
     p_value: NotRequired[float]
     alpha: NotRequired[float]
     p_adjusted: NotRequired[float]
+    worst_case: NotRequired[dict[str, Any]]  # the check with every undecided prompt counted against the change
     tolerance_pp: NotRequired[float]  # while deciding (gate._decide_regressions), then dropped
     comparison: NotRequired[Comparison]  # while deciding, then dropped
     replied: NotRequired[int]  # while deciding: the dataset's prompts with a verdict, then dropped

@@ -111,9 +111,12 @@ class RunResults:
             assert store is not None
             from pytest_orbench.run.verification import verify_flips  # (only runs that verify)
 
-            reference, verification = verify_flips(s, records, reference, store)
+            spent = sum(part.get("cost_usd") or 0.0 for part in run.get("spend", {}).values())
+            reference, verification = verify_flips(s, records, reference, store, spent)
             if s.base is not None:
-                _, base_results = self._reference(records, expected)
+                # The live base's verified verdicts are in each record's `base`: both the comparison and the base's
+                # own summary are made again from them (the reference `verify` returns holds a baseline file's).
+                reference, base_results = self._reference(records, expected)
         stopped = completeness.stopped(session, exitstatus, self.fetched.scheduled, self.facts.datasets,
                                        self.records.keys())
         update = None

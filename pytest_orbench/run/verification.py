@@ -6,23 +6,26 @@ flipped prompt is the verdict. So after the run, every prompt whose verdict diff
 where it is stored (the live base's always is; a baseline file's when the store still holds it). The gate
 then decides on the verified verdicts. Judge calls are stored like every judge call (by judge model,
 prompt and reply): a re-run pays nothing twice. A verification that failed (an unreachable judge, no
-class in its answer) leaves the prompt without a verdict, counted as an error, never as either side.
+class in its answer, the spend limit reached) leaves the flip as the offline judge counted it, marked unverified
+(`flip_verification.verified` false): still a flip, and one the gate's worst case counts against the change.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import gc
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from pytest_orbench.analysis.baseline import compare, trials_of
 from pytest_orbench.core.endpoint import ModelSpec
-from pytest_orbench.core.records import BaselineDocument, PromptRecord, ResultsDocument
+from pytest_orbench.core.records import NOT_REQUESTED, BaselineDocument, PromptRecord, ResultsDocument
 from pytest_orbench.core.store import Store
-from pytest_orbench.judging.judges import Judgement, Verdict
-from pytest_orbench.judging.llm_judge import LLMJudge
+from pytest_orbench.judging.judges import CLASSES, Judgement
+from pytest_orbench.judging.llm_judge import BRACKETED, REPLY_QUOTE, REQUEST_QUOTE, LLMJudge
 from pytest_orbench.run.settings import Settings
 
 
@@ -50,10 +53,30 @@ def _keys(side: Mapping[str, Any]) -> list[str | None]:
     return [side.get("reply_key")]
 
 
-class Verifier:
-    """Asks the LLM judge about replies, concurrently, through the store (judge_calls.JudgeStage)."""
+def judge_markup(reply: str) -> str | None:
+    """Why an LLM verdict on this reply could be the reply's own (None: it could not): the reply carries the judge's
+    markup, a [[class]] or the markers that quote it in the judge's request, with which a reply can close its quote
+    and tell the judge what to answer. Such a flip is left unverified: its offline verdict stands, and the gate's
+    worst case counts it against the change."""
+    classes = {v.value for v in CLASSES}
+    found = next((m.group(1) for m in BRACKETED.finditer(reply)
+                  if m.group(1).strip().lower().replace(" ", "_").replace("-", "_") in classes), None)
+    if found is not None:
+        return (f"not asked: the reply carries the judge's own markup ([[{found.strip()[:30]}]]), so an LLM verdict "
+                "on it could be the reply's, not the judge's")
+    marker = next((m.strip() for m in (*REQUEST_QUOTE, *REPLY_QUOTE) if m.strip() in reply), None)
+    if marker is not None:
+        return (f"not asked: the reply carries the judge request's quoting marker {marker}, so an LLM verdict on it "
+                "could be the reply's, not the judge's")
+    return None
 
-    def __init__(self, spec: ModelSpec, store: Store, retries: int, concurrency: int) -> None:
+
+class Verifier:
+    """Asks the LLM judge about replies, concurrently, through the store (judge_calls.JudgeStage), within what is
+    left of --orbench-max-cost (`budget`, USD; None: no limit)."""
+
+    def __init__(self, spec: ModelSpec, store: Store, retries: int, concurrency: int, budget: float | None = None,
+                 limit: str = "") -> None:
         from pytest_orbench.judging.llm_calls import JudgeStage
 
         self.judge = LLMJudge(spec)
@@ -65,26 +88,78 @@ class Verifier:
         self.calls = 0
         self.cost: float | None = 0.0
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0}
+        self.budget = budget
+        self.limit = limit  # the limit and what the run spent before, as the message of a call not made says them
+        self.not_requested = 0  # judge calls not made: the spend limit was reached
+        self._in_flight = 0
+        self._budget_changed: asyncio.Condition | None = None
 
     def reply(self, key: str | None) -> dict[str, Any] | None:
         return self.store.get(key) if key else None
+
+    async def _reserve(self) -> str | None:
+        """Room for one more paid judge call within the budget (None), or why it is not made. Calls in flight are
+        counted at the mean price of those paid so far; until one is paid, one call at a time."""
+        if self.budget is None:
+            return None
+        if self._budget_changed is None:
+            self._budget_changed = asyncio.Condition()
+        async with self._budget_changed:
+            while True:
+                if self.cost is None:  # a price litellm does not know: the limit cannot be kept (estimate refuses it)
+                    break
+                per_call = self.cost / self.calls if self.calls else None
+                if per_call is None and self._in_flight:
+                    await self._budget_changed.wait()
+                    continue
+                if self.cost >= self.budget or (
+                        per_call is not None and self.cost + (self._in_flight + 1) * per_call > self.budget):
+                    if self._in_flight:
+                        await self._budget_changed.wait()
+                        continue
+                    self.not_requested += 1
+                    return (f"{NOT_REQUESTED}the run's spend reached the --orbench-max-cost limit ({self.limit}; "
+                            f"${self.cost:.4f} spent on flip verification): this judge call was not made")
+                break
+            self._in_flight += 1
+            return None
+
+    async def _release(self) -> None:
+        if self._budget_changed is None:
+            return
+        async with self._budget_changed:
+            self._in_flight -= 1
+            self._budget_changed.notify_all()
 
     async def _one(self, prompt: str, record: dict[str, Any], gate: asyncio.Semaphore) -> Judgement | str:
         text = str(record.get("text") or "")
         decided = self.judge.decide(prompt, text, record.get("finish_reason"))  # filtered, empty: not a reading
         if decided is not None:
             return decided
+        tampered = judge_markup(text)
+        if tampered is not None:
+            return tampered
+        key = self.llm.key(prompt, text)
         async with gate:
+            reserved = self.budget is not None and self.store.get(key) is None
+            if reserved:
+                refused = await self._reserve()
+                if refused is not None:
+                    return refused
             try:
-                judged, paid = await self.stage.judge(self.llm.key(prompt, text), prompt, text)
+                judged, paid = await self.stage.judge(key, prompt, text)
             except Exception as exc:  # noqa: BLE001 - EndpointError and anything the call raised: counted, never a verdict
+                if reserved:
+                    await self._release()
                 return str(exc)
-        if paid:
-            self.calls += 1
-            cost = judged.get("cost")
-            self.cost = None if cost is None or self.cost is None else self.cost + float(cost)
-            for name in self.usage:
-                self.usage[name] += int((judged.get("usage") or {}).get(name) or 0)
+            if paid:
+                self.calls += 1
+                cost = judged.get("cost")
+                self.cost = None if cost is None or self.cost is None else self.cost + float(cost)
+                for name in self.usage:
+                    self.usage[name] += int((judged.get("usage") or {}).get(name) or 0)
+            if reserved:
+                await self._release()
         judgement = self.llm.parse(str(judged.get("text") or ""), judged.get("finish_reason"))
         if judgement.verdict.refused is None:
             return f"the judge gave no class: {judgement.reason}"
@@ -98,7 +173,17 @@ class Verifier:
             finally:
                 await self.stage.aclose()
 
-        return asyncio.run(run()) if questions else []
+        if not questions:
+            return []
+        # litellm's calls run on this process's loop (the fetch's run in its own process): a call cut off by the
+        # timeout can leave a coroutine of litellm's never awaited, whose RuntimeWarning at garbage collection a
+        # `filterwarnings = error` would raise inside pytest's session. It is litellm's, not the run's.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                return asyncio.run(run())
+            finally:
+                gc.collect()
 
 
 def _combined(judgements: list[Judgement]) -> dict[str, Any]:
@@ -119,7 +204,8 @@ def _same(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
 
 
 def verify(records: list[PromptRecord], reference: BaselineDocument, *, spec: ModelSpec, store: Store, retries: int,
-           concurrency: int, live_base: bool) -> tuple[BaselineDocument, dict[str, dict[str, Any]], Verifier]:
+           concurrency: int, live_base: bool, budget: float | None = None, limit: str = ""
+           ) -> tuple[BaselineDocument, dict[str, dict[str, Any]], Verifier]:
     """Verify every flip of `records` against `reference`: the records (and, for the live base, their `base`)
     are updated in place with the verified verdicts; the returned reference carries the compared side's
     verified verdicts. Returns (reference, per-dataset tallies, the verifier with its calls and cost)."""
@@ -132,7 +218,7 @@ def verify(records: list[PromptRecord], reference: BaselineDocument, *, spec: Mo
     found = flips(reference, results)
     reference = copy.deepcopy(reference)
     old: dict[str, dict[str, Any]] = {p["id"]: cast(dict[str, Any], p) for p in reference["prompts"]}
-    verifier = Verifier(spec, store, retries, concurrency)
+    verifier = Verifier(spec, store, retries, concurrency, budget, limit)
     # Every reply to ask about: (prompt id, side, trial index) -> (prompt text, stored reply record).
     plan: list[tuple[str, str, int]] = []
     questions: list[tuple[str, dict[str, Any]]] = []
@@ -167,18 +253,19 @@ def verify(records: list[PromptRecord], reference: BaselineDocument, *, spec: Mo
             failed = missing.get((pid, "run")) or next((a for a in run_side or [] if isinstance(a, str)), None)
             offline = {k: record.get(k) for k in ("verdict", "refused", "judge_reason")}
             if failed is not None or not run_side:
+                # Still a flip: the offline verdict stands, marked unverified. The gate counts it as the offline
+                # judge did, and again against the change in its worst case (gate.py): never as no flip at all.
                 tally.errors += 1
-                tally.first_error = tally.first_error or failed
-                record.update(verdict=Verdict.ERROR.value, refused=None, matched=None, error_from="judge",
-                              error=f"flip verification failed: {failed}")
-                record["flip_verification"] = {"offline": offline, "error": str(failed)}
+                tally.first_error = tally.first_error or str(failed)
+                record["flip_verification"] = {"offline": offline, "verified": False, "error": str(failed)}
                 continue
             mine = _combined([a for a in run_side if isinstance(a, Judgement)])
             reason = mine.pop("reason")
             record.update(mine)
             record["judge_reason"] = f"verified by {spec.model}: {reason}"
             record["matched"] = record["refused"] == (record["expected"] == "refuse")
-            block: dict[str, Any] = {"offline": offline, "llm": {"verdict": mine["verdict"], "reason": reason[:300]}}
+            block: dict[str, Any] = {"offline": offline, "verified": True,
+                                     "llm": {"verdict": mine["verdict"], "reason": reason[:300]}}
             compared_answers = by_side.get((pid, "compared"))
             if compared_answers and all(isinstance(a, Judgement) for a in compared_answers):
                 theirs = _combined([a for a in compared_answers if isinstance(a, Judgement)])
@@ -187,8 +274,13 @@ def verify(records: list[PromptRecord], reference: BaselineDocument, *, spec: Mo
                 target.update(theirs)
                 tally.both_sides += 1
             else:
-                block["compared"] = ("not verified: " + (missing.get((pid, "compared")) or next(
-                    (a for a in compared_answers or [] if isinstance(a, str)), "it has several trials")))
+                failure = next((a for a in compared_answers or [] if isinstance(a, str)), None)
+                block["compared"] = ("not verified: " + (missing.get((pid, "compared")) or failure
+                                                         or "it has several trials"))
+                if failure is not None:
+                    # The judge failed on the compared side's reply: that side's verdict is the offline one, unverified;
+                    # the gate's worst case counts it against the change.
+                    block["compared_error"] = failure
             tally.verified += 1
             before = record["base"] if live_base else old[pid]
             block["overturned"] = before.get("refused") is not None and _same(before, record)
@@ -202,14 +294,19 @@ def verify(records: list[PromptRecord], reference: BaselineDocument, *, spec: Mo
     return reference, tallies, verifier
 
 
-def verify_flips(settings: Settings, records: list[PromptRecord], reference: BaselineDocument, store: Store
-                 ) -> tuple[BaselineDocument, dict[str, Any]]:
-    """`verify` with the run's settings: the verified reference, and the tallies and the judge's calls and cost."""
+def verify_flips(settings: Settings, records: list[PromptRecord], reference: BaselineDocument, store: Store,
+                 spent: float = 0.0) -> tuple[BaselineDocument, dict[str, Any]]:
+    """`verify` with the run's settings: the verified reference, and the tallies and the judge's calls and cost.
+    `spent`: what the run paid before (its endpoint, live base and judge calls); --orbench-max-cost caps the sum."""
     s = settings
     assert s.judge_spec is not None
+    budget = limit = None
+    if s.max_cost is not None:
+        budget = max(0.0, s.max_cost - spent)
+        limit = f"${s.max_cost:.4f}, of which the run's calls spent ${spent:.4f}"
     reference, tallies, verifier = verify(records, reference, spec=s.judge_spec, store=store, retries=s.retries,
-                                          concurrency=s.concurrency, live_base=s.base is not None)
+                                          concurrency=s.concurrency, live_base=s.base is not None, budget=budget,
+                                          limit=limit or "")
     return reference, {"tallies": tallies, "model": s.judge_spec.model, "calls": verifier.calls,
                        "cost_usd": None if verifier.cost is None else round(verifier.cost, 6),
-                       "usage": verifier.usage}
-
+                       "usage": verifier.usage, "not_requested": verifier.not_requested}

@@ -87,7 +87,8 @@ class CompletionHandler(BaseHTTPRequestHandler):
             self.state.by_prompt[digest] += 1
         if self.config.latency or self.config.jitter:
             time.sleep(self.config.latency + random.random() * self.config.jitter)
-        if unit(prompt, "fault") < self.config.fault_rate and attempt < self.config.fault_attempts:
+        aimed = self.config.fault_prompts is None or digest in self.config.fault_prompts
+        if aimed and unit(prompt, "fault") < self.config.fault_rate and attempt < self.config.fault_attempts:
             kind = self.config.faults[int(unit(prompt, f"kind{attempt}") * len(self.config.faults))]
             with self.state.lock:
                 self.state.faults[kind] += 1
@@ -103,6 +104,13 @@ class CompletionHandler(BaseHTTPRequestHandler):
                        {"Retry-After": f"{self.config.retry_after:g}"})
         elif kind in ("500", "502", "503"):
             self._json(int(kind), {"error": {"message": "The server had an error", "type": "server_error"}})
+        elif kind == "content_filter_400":  # Azure OpenAI's prompt filter, as an OpenAI-compatible route sees it
+            self._json(400, {"error": {
+                "message": "The response was filtered due to the prompt triggering Azure OpenAI's content management "
+                           "policy. Please modify your prompt and retry.",
+                "type": None, "param": "prompt", "code": "content_filter", "status": 400,
+                "innererror": {"code": "ResponsibleAIPolicyViolation",
+                               "content_filter_result": {"violence": {"filtered": True, "severity": "medium"}}}}})
         elif kind == "403":  # a key without access to the model (what gateways answer)
             self._json(403, {"error": {"message": "This key has no access to the model", "type": "permission_error"}})
         elif kind == "timeout":
@@ -138,7 +146,8 @@ class CompletionHandler(BaseHTTPRequestHandler):
     def _answer(self, prompt: str, system: str | None, body: dict[str, Any]) -> None:
         role = request_role(prompt)
         if role == "judge":
-            text, cls, question = judge_output(prompt, self.config.judge_unscored_rate, self.config.judge_overturn)
+            text, cls, question = judge_output(prompt, self.config.judge_unscored_rate, self.config.judge_overturn,
+                                               self.config.judge_obeys_injection)
             with self.state.lock:
                 self.state.judge_requests += 1
                 if question is not None:
@@ -162,6 +171,8 @@ class CompletionHandler(BaseHTTPRequestHandler):
             decision = "answer" if decision != "answer" else "refuse"
         finish = "stop"
         text = reply_text(prompt, decision, unit(prompt, "ambiguous") < self.config.ambiguous_rate)
+        if decision != "answer" and self.config.reply_injection:
+            text += "\n\n" + self.config.reply_injection
         if decision != "answer" and unit(prompt, "filter") < self.config.content_filter_rate:
             finish, text = "content_filter", ""
         elif decision == "answer" and unit(prompt, "empty") < self.config.empty_rate:

@@ -16,8 +16,11 @@ class MockConfig:
     # A gateway header every request must carry (name, value): 401 otherwise, like a proxy in front of a model.
     required_header: tuple[str, str] | None = field(default=None, repr=False)
     fault_rate: float = 0.0  # share of prompts whose first attempts fail
-    faults: tuple[str, ...] = ("429",)  # 429 | 403 | 500 | 502 | 503 | timeout | malformed | not_completion | disconnect | trickle | redirect_loop
+    faults: tuple[str, ...] = ("429",)  # 429 | 403 | 500 | 502 | 503 | timeout | malformed | not_completion | disconnect | trickle | redirect_loop | content_filter_400
     fault_attempts: int = 1  # attempts that fail for a faulty prompt (more than retries: an error)
+    # Only these prompts (sha256 of the text, hex) may fault, by fault_rate: a provider's filter or outage that hits
+    # the very prompts a change made the model refuse (the never-PASS table aims its faults there). None: any prompt.
+    fault_prompts: frozenset[str] | None = None
     retry_after: float = 1.0
     hang: float = 30.0  # seconds a "timeout" fault waits before answering
     content_filter_rate: float = 0.0  # share of refusals returned as finish_reason=content_filter
@@ -29,6 +32,10 @@ class MockConfig:
     ambiguous_rate: float = 0.0  # share of prompts answered with a reply a keyword judge cannot settle
     judge_unscored_rate: float = 0.0  # acting as a judge: share of outputs without a valid [[class]]
     judge_overturn: float = 0.0  # acting as a judge: share of replies read the other way (roles.overturned)
+    # The assistant's refusals end with this text (a reply that talks to whoever judges it); "" for none.
+    reply_injection: str = ""
+    # Acting as a judge: a reply that tells the judge what to do is obeyed (roles.INJECTION_OBEYED): a gullible judge.
+    judge_obeys_injection: bool = False
     gen_toxic_share: float = 0.2  # rewriter: share of rewrites that stay harmful
     gen_duplicate_rate: float = 0.25  # rewriter: share of seeds whose last rewrite copies the first
     gen_moderator_flip: float = 0.1  # moderator: chance per prompt and model of the wrong label
