@@ -197,7 +197,7 @@ def main(argv: list[str]) -> int:
     except ActionSettingsError as exc:
         if runner:
             return 0  # said by the environment's own scan, next
-        _output("refusal", str(exc))
+        _output("refusal", f"an input is invalid, so nothing was run or compared: {md_code(str(exc))}")
         print(f"pytest-orbench: {exc}", file=sys.stderr)
         return 1
     if runner and system:

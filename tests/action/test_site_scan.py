@@ -166,11 +166,12 @@ def test_the_scan_refuses_to_start_with_site_and_an_input_that_is_neither(tmp_pa
     python, env = real_environment(tmp_path, system=False)
     with_site = subprocess.run([str(python), "-P", SCAN], env=env, capture_output=True, text=True)
     assert with_site.returncode == 1 and "runs with python -S" in with_site.stderr
-    proc = subprocess.run([str(python), "-S", "-P", SCAN], env={**env, "ORBENCH_SYSTEM_SITE_PACKAGES": "sometimes"},
+    proc = subprocess.run([str(python), "-S", "-P", SCAN], env={**env, "ORBENCH_SYSTEM_SITE_PACKAGES": "[x](http://e.example)\nverdict=pass"},
                           capture_output=True, text=True)
     assert proc.returncode == 1
-    assert (tmp_path / "output").read_text(encoding="utf-8") == (
-        "refusal=input system-site-packages must be true or false, got 'sometimes'\n")
+    assert (tmp_path / "output").read_text(encoding="utf-8") == (  # one line, the value in a code span
+        "refusal=an input is invalid, so nothing was run or compared: `input system-site-packages must be true or false, "
+        "got '[x](http://e.example)\\nverdict=pass'`\n")
 
 
 # --- keyless.py ---------------------------------------------------------------------------------------------
