@@ -1,9 +1,11 @@
-"""The install step failed: mark the PR comment inconclusive. `python -P path/to/action/install_failed.py`
+"""The install step failed: mark the PR comment inconclusive. `python -I -S path/to/action/install_failed.py`
 
 No other step ran, so an earlier verdict on the pull request (perhaps a pass) would stand for a run that
-checked nothing while the job is red. This runs on the runner's Python as setup-python left it, with the
-standard library only: what failed to install (github-action-utils, the lock) is not needed here. Like
-the Report step after a run without results, it sets `verdict: inconclusive` and writes the job summary.
+checked nothing while the job is red. This runs on the runner's Python as setup-python left it, without
+site (no .pth file of an earlier step's packages runs) and with the standard library only: what failed to
+install (github-action-utils, the lock) is not needed here. Like the Report step after a run without
+results, it sets `verdict: inconclusive` and writes the job summary; when the install step refused to run
+(a known-compromised release in view, action/site_scan.py), the comment says why instead.
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ def _append(variable: str, text: str) -> None:
 
 
 def main() -> int:
-    print(f"::error title=pytest-orbench::{NOTICE}", file=sys.stderr)
-    _append("GITHUB_STEP_SUMMARY", notice_summary(NOTICE))
+    # Why the install step stopped, when it refused (site_scan.py: a known-compromised release in view).
+    notice = " ".join(os.environ.get("ORBENCH_INSTALL_REFUSAL", "").split()) or NOTICE
+    print(f"::error title=pytest-orbench::{notice.replace('%', '%25')}", file=sys.stderr)
+    _append("GITHUB_STEP_SUMMARY", notice_summary(notice))
     _append("GITHUB_OUTPUT", "verdict=inconclusive\n")
     try:
         settings = from_env(os.environ)
@@ -43,7 +47,7 @@ def main() -> int:
         return 1
     github = GitHub(settings.api_url, settings.token, settings.repository)
     try:
-        action, url = upsert(github, settings.pr_number, None, settings.config_id, settings.comment, NOTICE,
+        action, url = upsert(github, settings.pr_number, None, settings.config_id, settings.comment, notice,
                              run=settings.run, use=settings.results_path.parent.name,
                              stamp=provenance(settings.head_sha, settings.run_url))
     except GitHubError as exc:

@@ -1,10 +1,11 @@
-"""A job starts: mark the PR comment as being updated. `python -P path/to/action/mark_updating.py`
+"""A job starts: mark the PR comment as being updated. `python -I -S path/to/action/mark_updating.py`
 
 Until this job ends, the comment shows the verdict of an earlier run (an earlier commit, perhaps); a job
 still running, or cancelled by the next push, would leave it looking current. So the first step puts a
 banner on it naming the commit and the run now under way; the Report step replaces the whole comment.
-Runs on the runner's Python as setup-python left it, standard library only, before anything is installed;
-a failure here is a warning, never the job's failure.
+Runs on the runner's Python as setup-python left it, without site (no .pth file of an earlier step's
+packages runs) and with the standard library only, before anything is installed; a failure here is a
+warning, never the job's failure.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""`pip check`, limited to the packages of the Action's lock: the run's environment sees the runner's own
-packages too (--system-site-packages, so that a `target:` imports your application), and their conflicts
-with each other (awscli's pins on a hosted runner) are neither ours nor a reason to warn on every run.
+"""`pip check`, limited to the packages of the Action's lock: the run's environment may see the runner's own
+packages too (system-site-packages: true, so that a `target:` imports your application; PYTHONPATH), and their
+conflicts with each other (awscli's pins on a hosted runner) are neither ours nor a reason to warn on every run.
 Run by action.yml's install step with the environment's Python; standard library only."""
 
 from __future__ import annotations

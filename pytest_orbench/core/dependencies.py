@@ -16,6 +16,9 @@ class Incident:
     version: str
     published: str  # the day the release was pushed (UTC)
     what: str
+    # Startup files it installs into site-packages (a .pth runs at every start of that Python, before any
+    # check of ours): the Action refuses a runner whose Python shows one (action/site_scan.py).
+    files: tuple[str, ...] = ()
 
 
 # The one table of known-compromised releases. pyproject.toml excludes each of them (a test holds the two
@@ -27,7 +30,7 @@ COMPROMISED: tuple[Incident, ...] = (
              "(BerriAI/litellm#24518)"),
     Incident("litellm", "1.82.8", "2026-03-24",
              "the same credential stealer, and litellm_init.pth, which runs it at every start of Python, "
-             "litellm imported or not (BerriAI/litellm#24518)"),
+             "litellm imported or not (BerriAI/litellm#24518)", files=("litellm_init.pth",)),
     Incident("litellm", "1.107.0", "2026-10-21",
              "pushed compromised to PyPI (PyPI now serves 1.106.12 and then 1.108.0)"),
 )

@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,12 +30,29 @@ INSTALL_LOCK = Path(tempfile.gettempdir()) / f"orbench-action-install-{hashlib.s
 EXPRESSION = re.compile(r"\$\{\{\s*(.+?)\s*\}\}")
 
 
+def plant_stealer(site: Path, marker: Path) -> None:
+    """litellm 1.82.8 as PyPI served it, in a site-packages folder: its metadata, and a litellm_init.pth that,
+    at every start of a Python whose site reads that folder, writes down the secret-named variables it found."""
+    site.mkdir(parents=True, exist_ok=True)
+    info = site / "litellm-1.82.8.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: litellm\nVersion: 1.82.8\n", encoding="utf-8")
+    (site / "litellm_init.pth").write_text(
+        f"import os, sys; open({str(marker)!r}, 'a').write(repr((sys.executable, sorted(k for k in os.environ "
+        f"if k.endswith(('_KEY', '_TOKEN'))))) + '\\n')\n", encoding="utf-8")
+
+
 class Runner:
-    """Just enough of a GitHub runner for a composite action: expressions, env, GITHUB_OUTPUT, bash."""
+    """Just enough of a GitHub runner for a composite action: expressions, env, GITHUB_OUTPUT, bash. Its Python
+    is a compromised runner's when the `venv` fixture made it: every run checks that no step ever started it
+    (or the run's environment) with its site-packages, where litellm_init.pth would have run."""
 
     def __init__(self, workspace: Path, temp: Path, python_bin: Path, env: dict[str, str], share_install: bool = True) -> None:
         self.action = yaml.safe_load((REPO / "action.yml").read_text(encoding="utf-8"))
         self.workspace, self.temp, self.python_bin, self.env = workspace, temp, python_bin, env
+        self.stealer_ran = python_bin.parent / "stealer-ran"  # what litellm_init.pth writes when it runs
+        if (python_bin.parent / "userbase").is_dir():  # the runner's user site (pip install --user) holds it too
+            self.env = {**env, "PYTHONUSERBASE": str(python_bin.parent / "userbase")}
         self.share_install = share_install  # False: this run's install step builds its own environment
         self.uploaded: list[str] = []  # artifacts uploaded (upload-artifact), by name
 
@@ -141,6 +159,7 @@ class Runner:
             if proc.returncode != 0 and failed is None:
                 failed = proc.returncode  # the job fails; later steps run only if their `if:` asks for that
         outputs = {name: resolve(spec["value"]) for name, spec in self.action["outputs"].items()}
+        assert not self.stealer_ran.exists(), f"litellm_init.pth ran: {self.stealer_ran.read_text()}\n" + "\n".join(log)
         return failed or 0, outputs, "\n".join(log)
 
 
@@ -153,13 +172,26 @@ def parse_outputs(text: str) -> dict[str, str]:
     return found
 
 
+def job_python(path: Path) -> Path:
+    """A compromised runner's Python, as setup-python leaves one after an earlier step installed litellm 1.82.8
+    into it (and into its user site): the action's install step makes its own environment from it. Its bin/."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
+    site = path / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    assert site.is_dir()  # the environment's own: never the base interpreter's, which other processes start
+    plant_stealer(site, path / "stealer-ran")
+    user_site = Path(sysconfig.get_path("purelib", sysconfig.get_preferred_scheme("user"), vars={"userbase": str(path / "userbase")}))
+    assert user_site.is_relative_to(path)
+    plant_stealer(user_site, path / "stealer-ran")
+    return path / "bin"
+
+
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh, empty environment, as setup-python leaves one: the action's install step makes its own
-    environment from it and fills that from the hash-pinned lock (real downloads from PyPI, verified
-    against the committed hashes), once for the module (Runner links it into each test's runner.temp)."""
+    """A compromised runner's Python (job_python): the action's install step makes its own environment from it
+    and fills that from the hash-pinned lock (real downloads from PyPI, verified against the committed
+    hashes), once for the module (Runner links it into each test's runner.temp)."""
     path = tmp_path_factory.mktemp("python") / "job"
-    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+    job_python(path)
     # pip builds the checkout in place: a stale build/ of an older layout must not leak into the install
     # (removed under the install lock: another worker may be building there).
     with INSTALL_LOCK.open("w") as lock:
@@ -237,7 +269,12 @@ def test_action_fails_a_regressing_pr_passes_the_fix_and_edits_one_comment(
     assert code == 0 and (workspace / "baseline.json").is_file(), log
     assert "a runner's pytest plugin was loaded" not in log and "pip check" not in log, log
     # The job's own Python is left as it was for later steps: the lock went into a virtual environment of its own.
-    assert subprocess.run([str(venv / "python"), "-m", "pip", "freeze"], capture_output=True, text=True).stdout == ""
+    job_site = venv.parent / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    assert sorted(p.name for p in job_site.iterdir()) == ["litellm-1.82.8.dist-info", "litellm_init.pth"]
+    # ... which holds litellm 1.82.8: the run's environment does not see it (system-site-packages: false), and
+    # the install step said so (Runner checks that no step started a Python that ran its litellm_init.pth).
+    assert "::warning title=pytest-orbench::the job's Python (setup-python's, of python-version) holds a " \
+           "known-compromised release: litellm 1.82.8" in log, log
     (own,) = temp.glob("orbench-venv-*")
     installed = subprocess.run([str(own / "bin" / "python"), "-m", "pip", "freeze"], capture_output=True, text=True).stdout
     lock = (REPO / "action" / "requirements.lock").read_text(encoding="utf-8")
@@ -342,12 +379,24 @@ def test_an_install_that_fails_marks_the_earlier_verdict_inconclusive(tmp_path: 
         # Nothing answers there: pip cannot fetch a single locked file.
         "PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_RETRIES": "0", "PIP_TIMEOUT": "5", "PIP_NO_CACHE_DIR": "1",
         "PIP_CONFIG_FILE": os.devnull, "GITHUB_STEP_SUMMARY": str(temp / "summary.md"),
+        # The workflow's `env:` on the step that uses the action: every step of the action inherits it.
+        "OPENAI_API_KEY": "sk-provider-key-4242",
+        # Every Python started with site in these steps (ensurepip, pip) writes down whether it held the key.
+        "PYTHONPATH": str(tmp_path / "probe"),
     })
-    config_id = from_env({**env, "ORBENCH_RESULTS_PATH": "r.json"}).config_id
+    (tmp_path / "probe").mkdir()
+    (tmp_path / "probe" / "sitecustomize.py").write_text(
+        f"import os, sys\nopen({str(tmp_path / 'started')!r}, 'a').write(repr((sys.argv, 'OPENAI_API_KEY' in os.environ)) + '\\n')\n",
+        encoding="utf-8")
+    config_id = from_env({**env, "ORBENCH_RESULTS_PATH": "r.json", "ORBENCH_COMMENT_KEY": "gpt"}).config_id
     earlier = github.add_comment(42, f"{marker(config_id)}\n### OR-Bench over-refusal check: ✅ **pass**", github.author)
     someone = github.add_comment(42, f"quoting {marker(config_id)}", "alice")  # a person's comment is never edited
     code, outputs, log = Runner(workspace, temp, venv, env, share_install=False).run(
-        {"model": "openai/orbench-mock", "baseline": "baseline.json"}, github.token)
+        {"model": "openai/orbench-mock", "baseline": "baseline.json", "comment-key": "gpt"}, github.token)
+    # The provider key is for the Run step: pip (and ensurepip) started without it, and no step that needs no key
+    # kept it (ORBENCH_COMMENT_KEY, named like one, is kept: the comment below is still found as this job's).
+    started = (tmp_path / "started").read_text(encoding="utf-8").splitlines()
+    assert any("pip" in line for line in started) and all(line.endswith(", False)") for line in started), started
     assert code != 0, log
     assert "::error title=pytest-orbench::the action could not install its pinned dependencies" in log
     body = github.comments[earlier["id"]]["body"]
@@ -359,6 +408,49 @@ def test_an_install_that_fails_marks_the_earlier_verdict_inconclusive(tmp_path: 
     assert outputs["results-path"] == ""
     assert "inconclusive" in (temp / "summary.md").read_text()
     assert github.token not in log + body + (temp / "summary.md").read_text()
+    # The job's Python holds litellm 1.82.8: said, though the run's environment (isolated) does not see it.
+    assert "::warning title=pytest-orbench::the job's Python (setup-python's, of python-version) holds" in log
+
+
+def test_system_site_packages_refuses_a_compromised_runner_before_any_step_holds_a_key(
+        tmp_path: Path, github: FakeGitHub) -> None:
+    """system-site-packages: true on a runner whose Python holds litellm 1.82.8 (its litellm_init.pth runs at
+    every start of that Python): the install step refuses before anything starts the run's environment, the
+    PR comment says why, and the .pth never ran (Runner checks), least of all with the provider key."""
+    from action.comment import marker
+    from action.settings import from_env
+
+    python_bin = job_python(tmp_path / "job")
+    workspace, temp = tmp_path / "repo", tmp_path / "runner-temp"
+    workspace.mkdir()
+    temp.mkdir()
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"pull_request": {"number": 42}}), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GITHUB_"))}
+    env.update({"GITHUB_API_URL": github.url, "GITHUB_REPOSITORY": github.repository, "GITHUB_EVENT_PATH": str(event),
+                "GITHUB_WORKFLOW": "orbench", "GITHUB_JOB": "gate", "GITHUB_STEP_SUMMARY": str(temp / "summary.md"),
+                "OPENAI_API_KEY": "sk-provider-key-4242"})  # the workflow's `env:` on the step that uses the action
+    config_id = from_env({**env, "ORBENCH_RESULTS_PATH": "r.json"}).config_id
+    earlier = github.add_comment(42, f"{marker(config_id)}\n### OR-Bench over-refusal check: ✅ **pass**", github.author)
+    runner = Runner(workspace, temp, python_bin, env, share_install=False)
+    code, outputs, log = runner.run({"model": "openai/orbench-mock", "system-site-packages": "true"}, github.token)
+    assert code != 0 and outputs["verdict"] == "inconclusive", log
+    user_site = sysconfig.get_path("purelib", sysconfig.get_preferred_scheme("user"),
+                                   vars={"userbase": str(python_bin.parent / "userbase")})
+    body = github.comments[earlier["id"]]["body"]
+    for text in (log, body, (temp / "summary.md").read_text(encoding="utf-8")):
+        assert "refused to run: a known-compromised release is installed where the run's Python would see it: " \
+               "litellm 1.82.8 (pushed compromised to PyPI on 2026-03-24" in text, text
+        assert f"`{user_site}/litellm_init.pth`" in text and f"`{user_site}/litellm-1.82.8.dist-info`" in text
+        assert "rotate them" in text and "pip uninstall litellm, delete `litellm_init.pth`" in text
+        assert "set system-site-packages: false" in text
+    assert "✅" not in body and "sk-provider-key-4242" not in log + body
+    # Refused before pip: the environment was made without it, and nothing was installed into it.
+    (made,) = temp.glob("orbench-venv-*-system")
+    assert not list(made.glob("lib/python*/site-packages/*"))
+    # The planted .pth is live: the environment started with its site-packages runs it, key and all.
+    subprocess.run([str(made / "bin" / "python"), "-c", "pass"], env=runner.env, check=True)
+    assert "OPENAI_API_KEY" in runner.stealer_ran.read_text(encoding="utf-8")
 
 
 @pytest.mark.slow  # shares the module's installed environment with the other slow tests here: same worker
