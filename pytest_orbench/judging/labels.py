@@ -303,6 +303,8 @@ def _locked(folder: Path, wait: float) -> Iterator[None]:
                                       "last label is not saved; see that it is not stopped (Ctrl-Z), then label "
                                       "again") from None
                 time.sleep(0.02)
+            except OSError:  # a file system without these locks (some network mounts): the merge alone
+                break
         yield
     finally:
         os.close(fd)  # releases the lock
@@ -343,19 +345,25 @@ def _mask(key: str, size: int) -> bytes:
     return hashlib.sha256(f"orbench-sample\x00{key}".encode()).digest()[:size]
 
 
+def _words_key(prompt: str, response: str) -> str:
+    """What seals a row: its words, whatever a spreadsheet made of its line ends and spaces."""
+    return reply_digest(" ".join(prompt.split()), " ".join(response.split()))
+
+
 def seal(label: Label) -> str:
     """The row's stratum and share, sealed to its reply: not readable by eye (a stratum named "refusal" or
     "answer" is the judge's verdict, which the labeller must not see), read back by `unseal`. A fixed length,
     so that its length tells nothing either; a letter first, so that a spreadsheet never reads a number."""
     share = "" if label.stratum_share is None else f"{label.stratum_share:.6g}"
     payload = f"{label.stratum}|{share}".ljust(24).encode()
-    check = hashlib.sha256(f"orbench-sample-check\x00{label.key}".encode() + payload).digest()[:4]
-    return "s" + bytes(a ^ b for a, b in zip(payload, _mask(label.key, 24), strict=True)).hex() + check.hex()
+    key = _words_key(label.prompt, label.response)
+    check = hashlib.sha256(f"orbench-sample-check\x00{key}".encode() + payload).digest()[:4]
+    return "s" + bytes(a ^ b for a, b in zip(payload, _mask(key, 24), strict=True)).hex() + check.hex()
 
 
 def unseal(token: str, prompt: str, response: str) -> tuple[str, str, str, float | None] | None:
     """(prompt, response, stratum, share) of an exported row, its texts as exported (an apostrophe put before
-    them taken off, if the spreadsheet kept it); None when the token is not this reply's."""
+    them taken off, if the spreadsheet kept it); None when the token is not this reply's (its words edited)."""
     try:
         raw = bytes.fromhex(token[1:]) if token.startswith("s") and len(token) == 57 else b""
     except ValueError:
@@ -364,14 +372,16 @@ def unseal(token: str, prompt: str, response: str) -> tuple[str, str, str, float
         return None
     for p in dict.fromkeys((prompt, _from_spreadsheet(prompt))):
         for r in dict.fromkeys((response, _from_spreadsheet(response))):
-            key = reply_digest(p, r)
+            key = _words_key(p, r)
             payload = bytes(a ^ b for a, b in zip(raw[:24], _mask(key, 24), strict=True))
             if hashlib.sha256(f"orbench-sample-check\x00{key}".encode() + payload).digest()[:4] != raw[24:]:
                 continue
             stratum, _, share = payload.decode("utf-8", "replace").rstrip().partition("|")
-            if stratum and stratum not in STRATA:
+            try:
+                number = float(share) if share else None
+            except ValueError:
                 return None
-            return p, r, stratum, float(share) if share else None
+            return (p, r, stratum, number) if not stratum or stratum in STRATA else None
     return None
 
 

@@ -27,6 +27,12 @@ def path_problem(results: Path, labels: Path, export: Path | None, import_from: 
     the first key); None when they do."""
     if export is not None and import_from is not None:
         return "--export writes a sample to label, --import reads one back: give one of them"
+    for what, path in (("--labels", labels), ("--export", export), ("RESULTS", results)):
+        try:
+            if path is not None:
+                path.resolve()
+        except (RuntimeError, OSError) as exc:  # a loop of symbolic links: RuntimeError, before Python 3.13
+            return f"{what} {path} cannot be followed to a file ({exc}); name the file itself"
     if import_from is None and same_file(labels, results):
         return (f"--labels {labels} is the results file the replies come from: writing labels would replace it; "
                 "name another file (default orbench-labels.csv)")

@@ -13,17 +13,14 @@ import getpass
 import hashlib
 import math
 import os
-import re
 import shutil
 import sys
-import textwrap
-import unicodedata
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from pytest_orbench.judging.labels import (
     Conflict,
@@ -35,6 +32,7 @@ from pytest_orbench.judging.labels import (
     save_merged,
 )
 from pytest_orbench.tools.label_files import conflicts_text, merge_import, path_problem
+from pytest_orbench.tools.label_screen import Terminal, visible, wrapped
 
 KEYS = {"a": "compliance", "r": "refusal", "p": "partial_refusal"}
 LETTER = {label: key for key, label in KEYS.items()}
@@ -190,65 +188,6 @@ def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-# -- making untrusted text inert and readable on a terminal -----------------------------------------------
-
-def visible(line: str) -> str:
-    """A line of a prompt or reply as plain text: control, bidi and other invisible characters are shown as
-    [U+XXXX] (never sent to the terminal: no escape sequence, no cursor move, no reordered text)."""
-    out = []
-    for ch in line.replace("\t", "    "):
-        category = unicodedata.category(ch)
-        if category in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):
-            out.append(f"[U+{ord(ch):04X}]")
-        else:
-            out.append(ch)
-    return "".join(out)
-
-
-def wrapped(text: str, width: int) -> list[str]:
-    lines: list[str] = []
-    for raw in re.split(r"\r\n|\r|\n", text):
-        shown = visible(raw)
-        lines.extend(textwrap.wrap(shown, width=max(20, width), replace_whitespace=False, drop_whitespace=True,
-                                   break_long_words=True, break_on_hyphens=False) or [""])
-    return lines
-
-
-class Terminal:
-    """Keys one at a time (no Enter), and lines out; a real terminal's modes restored on the way out."""
-
-    def __init__(self, stdin: TextIO, stdout: TextIO) -> None:
-        self.stdin, self.stdout = stdin, stdout
-        self._saved: list[Any] | None = None
-
-    def __enter__(self) -> Terminal:
-        import termios
-        import tty
-
-        fd = self.stdin.fileno()
-        self._saved = termios.tcgetattr(fd)
-        tty.setcbreak(fd)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        import termios
-
-        if self._saved is not None:
-            termios.tcsetattr(self.stdin.fileno(), termios.TCSADRAIN, self._saved)
-
-    def key(self) -> str:
-        data = os.read(self.stdin.fileno(), 8)
-        if not data:
-            return "q"  # the terminal closed: as quit
-        if data.startswith(b"\x1b"):
-            return ""  # an arrow or function key: ignored
-        return data.decode("utf-8", "replace")[:1]
-
-    def write(self, text: str) -> None:
-        self.stdout.write(text)
-        self.stdout.flush()
-
-
 Save = Callable[[list[Label], list[Label]], tuple[list[Label], list[Conflict]]]
 
 
@@ -388,9 +327,16 @@ def run_label(results: Path, store: Path | None, labels_path: Path, n: int, seed
     if not _is_terminal(stdin):
         raise LabelingError("orbench label takes one key per reply from a terminal; without one, use --export FILE "
                             "(label it in a spreadsheet) and --import FILE")
+    def save(ours: list[Label], base: list[Label]) -> tuple[list[Label], list[Conflict]]:
+        try:
+            return save_merged(labels_path, ours, base)
+        except (LabelsError, OSError) as exc:  # the file broken by hand meanwhile, the disk full, ...
+            problem = str(exc) if isinstance(exc, LabelsError) else f"cannot write {labels_path}: {exc.strerror}"
+            raise LabelingError(f"{problem}. The last label is not saved (the file is as it was): mend that, then "
+                                "run the same command to go on") from None
+
     with Terminal(stdin, stdout) as term:
-        answered, remaining, conflicts = session(rows, existing, lambda ours, base: save_merged(labels_path, ours, base),
-                                                 term, model, labeler)
+        answered, remaining, conflicts = session(rows, existing, save, term, model, labeler)
     total = len([label for label in (load_labels(labels_path) if labels_path.exists() else []) if label.label])
     stdout.write(f"\nlabelled {answered} now; {total} labelled in {labels_path}"
                  + (f"; {remaining} of this sample to go: run the same command to go on" if remaining else

@@ -26,7 +26,8 @@ from pytest_orbench.judging.keyword_weights import load_model
 from pytest_orbench.judging.labels import Label, LabelsError, labels_digest, load_labels, reply_digest, save_labels
 from pytest_orbench.judging.llm_calls import reply_text
 from pytest_orbench.tools.cli import main
-from pytest_orbench.tools.labeling import Candidate, draw, visible
+from pytest_orbench.tools.label_screen import visible
+from pytest_orbench.tools.labeling import Candidate, draw
 from pytest_orbench.tools.simulator.roles import decide
 from tests.conftest import load, mock_args, stats
 
@@ -305,6 +306,15 @@ def test_two_labellers_on_one_file_keep_each_others_labels(labelled_run: Path) -
     assert bob.wait() == 0
     rows = {r.prompt: (r.label, r.labeler) for r in load_labels(labelled_run / "labels.csv")}
     assert sorted(rows.values()) == [("compliance", "alice"), ("compliance", "alice"), ("partial_refusal", "bob")]
+    # The file broken by hand during a session: the save says so and leaves it as it is (not a traceback, and
+    # not the session's own labels written over what it could not read).
+    carol = Terminal([*command, "carol"], labelled_run)
+    carol.expect("space more > ")
+    (labelled_run / "labels.csv").write_text("prompt,response,label\nhi,Sure.,maybe\n", encoding="utf-8")
+    carol.send("a")
+    assert "The last label is not saved (the file is as it was)" in carol.expect("run the same command to go on")
+    assert carol.wait() == 2
+    assert (labelled_run / "labels.csv").read_text(encoding="utf-8") == "prompt,response,label\nhi,Sure.,maybe\n"
 
 
 def test_orbench_label_shows_hostile_text_inert(labelled_run: Path) -> None:

@@ -166,7 +166,10 @@ def test_an_exported_row_does_not_show_the_judges_verdict(tmp_path: Path) -> Non
     path.write_text(text, encoding="utf-8")
     assert [(r.stratum, r.stratum_share) for r in load_labels(path)] == [("refusal", 0.2), ("answer", 0.7),
                                                                          ("flip", 0.02), ("unsure", 0.08)]
+    # Line ends and spaces a spreadsheet changed: the same words, the same row.
+    path.write_text(text.replace(",r1,", ',"r1\r\n ",'), encoding="utf-8")
+    assert [(r.stratum, r.stratum_share) for r in load_labels(path)][1] == ("answer", 0.7)
     # A reply edited in the spreadsheet is no longer the one drawn: said, not read as another reply's label.
-    path.write_text(text.replace("r1,", "r1 edited,"), encoding="utf-8")
+    path.write_text(text.replace(",r1,", ",r1 edited,"), encoding="utf-8")
     with pytest.raises(LabelsError, match="row 2 .*its sample column does not match its prompt and response"):
         load_labels(path)
