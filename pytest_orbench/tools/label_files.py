@@ -22,7 +22,8 @@ def same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def path_problem(results: Path, labels: Path, export: Path | None, import_from: Path | None, force: bool) -> str | None:
+def path_problem(results: Path, labels: Path, export: Path | None, import_from: Path | None, force: bool,
+                 store: Path | None = None) -> str | None:
     """Why the command's paths will not do, found before anyone labels (a read-only labels file once failed at
     the first key); None when they do."""
     if export is not None and import_from is not None:
@@ -42,6 +43,9 @@ def path_problem(results: Path, labels: Path, export: Path | None, import_from: 
         if same_file(export, other):
             return (f"--export {export} is {what}: writing the sample would replace it (even with --force); name "
                     "another file, such as sample.csv")
+    if store is not None and export.resolve().is_relative_to(store.resolve()):
+        return (f"--export {export} is inside the response store {store} (even with --force): name a file outside "
+                "it, such as sample.csv")
     if export.exists() and not force:
         return f"--export {export} exists: name a new file, or add --force to replace it"
     return write_problem(export, "--export")

@@ -285,7 +285,7 @@ def run_label(results: Path, store: Path | None, labels_path: Path, n: int, seed
               export: Path | None, import_from: Path | None, stdin: TextIO | None = None,
               stdout: TextIO | None = None, force: bool = False) -> int:
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
-    problem = path_problem(results, labels_path, export, import_from, force)
+    problem = path_problem(results, labels_path, export, import_from, force, store)
     if problem:
         raise LabelingError(problem)
     existing = load_labels(labels_path) if labels_path.exists() else []

@@ -73,6 +73,8 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
      "--export labelled.csv is the labels file (--labels)*"),
     (["label", "r.json", "--export", "notes.txt"], "--export notes.txt exists: name a new file, or add --force to replace it"),
     (["label", "r.json", "--export", "out", "--force"], "--export out is not a file (a folder or a device)*"),
+    (["label", "r.json", "--store", "out", "--export", "out/store.sqlite", "--force"],
+     "--export out/store.sqlite is inside the response store out (even with --force)*"),
     (["label", "r.json", "--export", "s.csv", "--import", "labelled.csv"], "--export writes a sample to label, --import *"),
     (["label", "r.json", "--labels", "r.json"], "--labels r.json is the results file the replies come from*"),
     (["label", "r.json", "--labels", "notes.txt/labels.csv"], "--labels notes.txt/labels.csv: *notes.txt is a file, not a folder*"),
