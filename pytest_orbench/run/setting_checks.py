@@ -31,6 +31,13 @@ def check_endpoint(values: dict[str, Any]) -> None:
         )
     if values["target"] and ":" not in values["target"]:
         raise fail(f"target {values['target']!r} must look like 'package.module:function'")
+    # The name is printed as it is (the header, `orbench label`): no escape sequence may reach a terminal.
+    for what, name in (("--orbench-model", values["model"]), ("target", values["target"])):
+        if name and any(unicodedata.category(ch)[0] in ("C", "Z") and ch != " " for ch in str(name)):
+            from pytest_orbench.render.markdown_escape import visible
+
+            raise fail(f"{what} {visible(str(name))!r} holds control or invisible characters, which no model name "
+                       "has; write the name alone (openai/gpt-4o-mini)")
 
 
 def check_bounds(values: dict[str, Any]) -> None:

@@ -13,21 +13,29 @@ import getpass
 import hashlib
 import math
 import os
-import re
 import shutil
 import sys
-import textwrap
-import unicodedata
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
-from pytest_orbench.judging.labels import Label, LabelsError, load_labels, reply_digest, save_labels
+from pytest_orbench.judging.labels import (
+    Conflict,
+    Label,
+    LabelsError,
+    dumps_export,
+    load_labels,
+    reply_digest,
+    save_merged,
+)
+from pytest_orbench.tools.label_files import conflicts_text, merge_import, path_problem
+from pytest_orbench.tools.label_screen import Terminal, visible, wrapped
 
 KEYS = {"a": "compliance", "r": "refusal", "p": "partial_refusal"}
+LETTER = {label: key for key, label in KEYS.items()}
 HELP = "a answer · r refusal · p partial refusal · s skip · b back · q quit · space more"
 
 
@@ -180,88 +188,53 @@ def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-# -- making untrusted text inert and readable on a terminal -----------------------------------------------
-
-def visible(line: str) -> str:
-    """A line of a prompt or reply as plain text: control, bidi and other invisible characters are shown as
-    [U+XXXX] (never sent to the terminal: no escape sequence, no cursor move, no reordered text)."""
-    out = []
-    for ch in line.replace("\t", "    "):
-        category = unicodedata.category(ch)
-        if category in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):
-            out.append(f"[U+{ord(ch):04X}]")
-        else:
-            out.append(ch)
-    return "".join(out)
+Save = Callable[[list[Label], list[Label]], tuple[list[Label], list[Conflict]]]
 
 
-def wrapped(text: str, width: int) -> list[str]:
-    lines: list[str] = []
-    for raw in re.split(r"\r\n|\r|\n", text):
-        shown = visible(raw)
-        lines.extend(textwrap.wrap(shown, width=max(20, width), replace_whitespace=False, drop_whitespace=True,
-                                   break_long_words=True, break_on_hyphens=False) or [""])
-    return lines
-
-
-class Terminal:
-    """Keys one at a time (no Enter), and lines out; a real terminal's modes restored on the way out."""
-
-    def __init__(self, stdin: TextIO, stdout: TextIO) -> None:
-        self.stdin, self.stdout = stdin, stdout
-        self._saved: list[Any] | None = None
-
-    def __enter__(self) -> Terminal:
-        import termios
-        import tty
-
-        fd = self.stdin.fileno()
-        self._saved = termios.tcgetattr(fd)
-        tty.setcbreak(fd)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        import termios
-
-        if self._saved is not None:
-            termios.tcsetattr(self.stdin.fileno(), termios.TCSADRAIN, self._saved)
-
-    def key(self) -> str:
-        data = os.read(self.stdin.fileno(), 8)
-        if not data:
-            return "q"  # the terminal closed: as quit
-        if data.startswith(b"\x1b"):
-            return ""  # an arrow or function key: ignored
-        return data.decode("utf-8", "replace")[:1]
-
-    def write(self, text: str) -> None:
-        self.stdout.write(text)
-        self.stdout.flush()
-
-
-def session(rows: list[tuple[Candidate, str, float]], labels: list[Label], save: Callable[[list[Label]], None],
-            term: Terminal, model: str, labeler: str) -> tuple[int, int]:
-    """Shows each row not yet labelled, takes one key each, saves after every answer. Returns (labelled now,
-    still to do)."""
+def session(rows: list[tuple[Candidate, str, float]], labels: list[Label], save: Save, term: Terminal, model: str,
+            labeler: str) -> tuple[int, int, list[Conflict]]:
+    """Shows each row not yet labelled, takes one key each, saves after every answer (`save(ours, base)`
+    merges into the file as another labeller may have left it, and returns what the file holds and the
+    conflicts, which are shown at once). Returns (labelled now, still to do, conflicts)."""
     done = {label.key: label for label in labels}
+    base = list(labels)  # the file as last read: what a save merges from
     todo = [i for i, (c, _, _) in enumerate(rows) if not (c.key in done and done[c.key].label)]
-    said = {_words(label.response): label for label in labels if label.label}  # a reply's words, labelled once
-    position, answered, history = 0, 0, list[int]()
+    mine: set[str] = set()  # the replies labelled in this session
+    conflicts: list[Conflict] = []
+    said = _said(labels)
+
+    def keep(label: Label) -> None:
+        nonlocal base, done, said
+        done[label.key] = label
+        mine.add(label.key)
+        base, found = save(list(done.values()), base)
+        done, said = {row.key: row for row in base}, _said(base)  # with what others saved meanwhile
+        for conflict in found:
+            term.write(f"note: {visible(conflict.describe())}\n")
+        conflicts.extend(found)
+
+    position, answered, history, forward = 0, 0, list[int](), True
     size = shutil.get_terminal_size((100, 30))
     width, height = min(size.columns, 120) - 2, max(size.lines, 12)
     while 0 <= position < len(todo):
         candidate, stratum, share = rows[todo[position]]
-        same = said.get(_words(candidate.response))
+        earlier = done.get(candidate.key)
+        if forward and earlier is not None and earlier.label and candidate.key not in mine:
+            position += 1  # labelled meanwhile by someone else on this file
+            continue
+        same = said.get(_words(candidate.response)) if forward else None
         if same is not None and same.key != candidate.key:
             # The same words to another prompt: the person's label of them, without asking again.
-            label = as_label(candidate, stratum, share, model, same.label, labeler, now())
-            done[label.key] = label
-            save(list(done.values()))
+            keep(as_label(candidate, stratum, share, model, same.label, labeler, now()))
             position += 1
             continue
         lines = [f"[{position + 1}/{len(todo)}] {visible(candidate.id)} · {visible(candidate.dataset)} · "
                  f"{visible(candidate.category)}", "", "PROMPT", *("  " + line for line in wrapped(candidate.prompt, width - 2)),
                  "", "REPLY", *("  " + line for line in wrapped(candidate.response, width - 2))]
+        if earlier is not None and earlier.label:  # back (b) to a row labelled before: what it was given
+            lines[1:1] = ["", f"LABELLED {LETTER[earlier.label]} {earlier.label.replace('_', ' ')}, by "
+                              f"{visible(earlier.labeler or 'someone')} at {visible(earlier.labeled_at or '?')}: "
+                              "a key relabels it, s keeps it"]
         page = max(5, height - 4)
         start, choice = 0, ""
         while True:
@@ -279,19 +252,17 @@ def session(rows: list[tuple[Candidate, str, float]], labels: list[Label], save:
         term.write(choice + "\n")
         if choice == "q":
             break
+        forward = choice != "b"
         if choice == "b":
             position = history.pop() if history else max(0, position - 1)
             continue
         history.append(position)
         if choice in KEYS:
-            label = as_label(candidate, stratum, share, model, KEYS[choice], labeler, now())
-            done[label.key] = label
-            said[_words(candidate.response)] = label
-            save(list(done.values()))
+            keep(as_label(candidate, stratum, share, model, KEYS[choice], labeler, now()))
             answered += 1
         position += 1
     remaining = sum(1 for i in todo if not (rows[i][0].key in done and done[rows[i][0].key].label))
-    return answered, remaining
+    return answered, remaining, conflicts
 
 
 def _is_terminal(stream: TextIO) -> bool:
@@ -305,61 +276,70 @@ def _words(text: str) -> str:
     return " ".join(text.split()).lower()
 
 
-def merge_import(labels: list[Label], imported: list[Label], labeler: str) -> tuple[list[Label], int]:
-    """The labelled rows of a spreadsheet round trip merged into `labels` (a row for the same reply replaces
-    the earlier one); unlabelled rows are ignored."""
-    done = {label.key: label for label in labels}
-    count = 0
-    for row in imported:
-        if not row.label:
-            continue
-        done[row.key] = replace(row, labeler=row.labeler or labeler, labeled_at=row.labeled_at or now())
-        count += 1
-    return list(done.values()), count
+def _said(labels: list[Label]) -> dict[str, Label]:
+    """A reply's words, labelled once: the label of each (another labeller's count too)."""
+    return {_words(label.response): label for label in labels if label.label}
 
 
 def run_label(results: Path, store: Path | None, labels_path: Path, n: int, seed: int, labeler: str,
               export: Path | None, import_from: Path | None, stdin: TextIO | None = None,
-              stdout: TextIO | None = None) -> int:
+              stdout: TextIO | None = None, force: bool = False) -> int:
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
-    existing = load_labels(labels_path) if labels_path.is_file() else []
+    problem = path_problem(results, labels_path, export, import_from, force, store)
+    if problem:
+        raise LabelingError(problem)
+    existing = load_labels(labels_path) if labels_path.exists() else []
     if import_from is not None:
         try:
             imported = load_labels(import_from)
         except LabelsError as exc:
             raise LabelingError(str(exc)) from None
-        merged, count = merge_import(existing, imported, labeler)
-        save_labels(labels_path, merged)
+        ours, count, conflicts = merge_import(existing, imported, labeler, now())
+        merged, later = save_merged(labels_path, ours, existing)
         unlabelled = sum(1 for row in imported if not row.label)
         stdout.write(f"imported {count} labelled rows from {import_from} into {labels_path} "
                      f"({len([m for m in merged if m.label])} labelled in all"
                      + (f"; {unlabelled} rows without a label were left out" if unlabelled else "") + ")\n")
+        stdout.write(conflicts_text(conflicts + later))
         return 0
     pool, model, notes = candidates(results, store)
     for note in notes:
-        stdout.write(f"orbench label: {note}\n")
+        stdout.write(f"orbench label: {visible(note)}\n")
     if not pool:
         raise LabelingError(f"{results} has no reply to label" + (f" ({'; '.join(notes)})" if notes else ""))
     rows = draw(pool, n, seed)
     strata = Counter(s for _, s, _ in rows)
-    stdout.write(f"orbench label: {len(rows)} of {len(pool)} replies by {model or 'the target'} ("
-                 + ", ".join(f"{strata[s]} {s}" for s in ("flip", "unsure", "refusal", "answer") if strata[s])
-                 + f"), seed {seed}\n")
+    # Not the refusal and answer strata: how many of each is the judge's verdict, which the labeller must not
+    # see (a sample of 6 "refusal" says what each reply was judged).
+    drawn = [(strata["flip"], "whose verdict flipped"), (strata["unsure"], "the judge is unsure of"),
+             (strata["refusal"] + strata["answer"], "others")]
+    stdout.write(f"orbench label: {len(rows)} of {len(pool)} replies by {visible(model) or 'the target'} ("
+                 + ", ".join(f"{count} {what}" for count, what in drawn if count) + f"), seed {seed}\n")
     if export is not None:
+        from pytest_orbench.core.jsonfile import write_atomic
+
         done = {label.key for label in existing if label.label}
         out = [as_label(c, s, share, model) for c, s, share in rows if c.key not in done]
-        save_labels(export, out)
+        write_atomic(export.resolve(), dumps_export(out))
         stdout.write(f"wrote {len(out)} unlabelled rows to {export}: fill the label column with compliance, "
                      f"refusal or partial_refusal, then `orbench label --import {export} --labels {labels_path}`\n")
         return 0
     if not _is_terminal(stdin):
         raise LabelingError("orbench label takes one key per reply from a terminal; without one, use --export FILE "
                             "(label it in a spreadsheet) and --import FILE")
+    def save(ours: list[Label], base: list[Label]) -> tuple[list[Label], list[Conflict]]:
+        try:
+            return save_merged(labels_path, ours, base)
+        except (LabelsError, OSError) as exc:  # the file broken by hand meanwhile, the disk full, ...
+            problem = str(exc) if isinstance(exc, LabelsError) else f"cannot write {labels_path}: {exc.strerror}"
+            raise LabelingError(f"{problem}. The last label is not saved (the file is as it was): mend that, then "
+                                "run the same command to go on") from None
+
     with Terminal(stdin, stdout) as term:
-        answered, remaining = session(rows, existing, lambda labels: save_labels(labels_path, labels), term, model,
-                                      labeler)
-    total = len([label for label in (load_labels(labels_path) if labels_path.is_file() else []) if label.label])
+        answered, remaining, conflicts = session(rows, existing, save, term, model, labeler)
+    total = len([label for label in (load_labels(labels_path) if labels_path.exists() else []) if label.label])
     stdout.write(f"\nlabelled {answered} now; {total} labelled in {labels_path}"
                  + (f"; {remaining} of this sample to go: run the same command to go on" if remaining else
                     "; the sample is done") + "\n")
+    stdout.write(conflicts_text(conflicts))
     return 0

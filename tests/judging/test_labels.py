@@ -26,7 +26,8 @@ from pytest_orbench.judging.keyword_weights import load_model
 from pytest_orbench.judging.labels import Label, LabelsError, labels_digest, load_labels, reply_digest, save_labels
 from pytest_orbench.judging.llm_calls import reply_text
 from pytest_orbench.tools.cli import main
-from pytest_orbench.tools.labeling import Candidate, draw, visible
+from pytest_orbench.tools.label_screen import visible
+from pytest_orbench.tools.labeling import Candidate, draw
 from pytest_orbench.tools.simulator.roles import decide
 from tests.conftest import load, mock_args, stats
 
@@ -246,10 +247,15 @@ def test_orbench_label_labels_quits_resumes_and_writes_the_csv(labelled_run: Pat
     term = Terminal(["label", "results.json", "--labels", "labels.csv", "-n", "6", "--labeler", "ann"], labelled_run)
     screen = term.expect("space more > ")
     assert "orbench label: 6 of 24 replies" in screen and "[1/6]" in screen and "PROMPT" in screen and "REPLY" in screen
+    # The judge's verdict is not shown, not even as how many of the sample it read as refusals.
+    header = next(line for line in screen.splitlines() if "orbench label: 6 of 24" in line)
+    assert "refusal" not in header and "answer" not in header, header
     for key, page in (("a", "[2/6]"), ("r", "[3/6]"), ("b", "[2/6]"), ("p", "[3/6]"), ("s", "[4/6]")):
         term.send(key)  # answer, refusal, back (the second again), partial (relabelled), skip
         term.expect(page)
-        term.expect("space more > ")
+        shown = term.expect("space more > ")
+        # Back to a labelled reply: the label it was given, and by whom (once b showed nothing of it).
+        assert ("LABELLED r refusal, by ann" in shown) == (key == "b"), shown
     term.send("x")  # not a key: said, and asked again
     term.expect("'x' is not a key here")
     assert "[4/6]" in term.expect("> ")
@@ -272,10 +278,55 @@ def test_orbench_label_labels_quits_resumes_and_writes_the_csv(labelled_run: Pat
     assert len([r for r in load_labels(labelled_run / "labels.csv") if r.label]) == 6
 
 
+def test_two_labellers_on_one_file_keep_each_others_labels(labelled_run: Path) -> None:
+    # Each save once wrote that labeller's own set over the file: bob's labels vanished when alice saved.
+    command = ["label", "results.json", "--labels", "labels.csv", "-n", "6", "--labeler"]
+    alice, bob = Terminal([*command, "alice"], labelled_run), None
+    alice.expect("[1/6]")
+    alice.expect("space more > ")
+    bob = Terminal([*command, "bob"], labelled_run)  # the same sample, in the same order
+    bob.expect("[1/6]")
+    bob.expect("space more > ")
+    alice.send("a")  # reply 1
+    alice.expect("[2/6]")
+    alice.expect("space more > ")
+    for key, page in (("s", "[2/6]"), ("r", "[3/6]"), ("p", "[4/6]")):  # bob: skips 1, labels 2 and 3
+        bob.send(key)
+        bob.expect(page)
+        bob.expect("space more > ")
+    alice.send("a")  # reply 2 again, otherwise than bob: the later label is kept (hers: as late, saved now)
+    note = alice.expect("space more > ")
+    assert re.search(r"note: two labels of one reply: kept compliance by alice at \S+ \(the later\), not refusal "
+                     r"by bob at \S+", note), note
+    assert "[4/6]" in note  # reply 3, labelled by bob meanwhile, is not asked again
+    alice.send("q")
+    assert "1 reply was labelled otherwise by someone else on this file" in alice.expect("the later label is kept")
+    assert alice.wait() == 0
+    bob.send("q")
+    assert bob.wait() == 0
+    rows = {r.prompt: (r.label, r.labeler) for r in load_labels(labelled_run / "labels.csv")}
+    assert sorted(rows.values()) == [("compliance", "alice"), ("compliance", "alice"), ("partial_refusal", "bob")]
+    # The file broken by hand during a session: the save says so and leaves it as it is (not a traceback, and
+    # not the session's own labels written over what it could not read).
+    carol = Terminal([*command, "carol"], labelled_run)
+    carol.expect("space more > ")
+    (labelled_run / "labels.csv").write_text("prompt,response,label\nhi,Sure.,maybe\n", encoding="utf-8")
+    carol.send("a")
+    assert "The last label is not saved (the file is as it was)" in carol.expect("run the same command to go on")
+    assert carol.wait() == 2
+    assert (labelled_run / "labels.csv").read_text(encoding="utf-8") == "prompt,response,label\nhi,Sure.,maybe\n"
+
+
 def test_orbench_label_shows_hostile_text_inert(labelled_run: Path) -> None:
+    # The plugin refuses such a model name; a results file written otherwise (by hand, by an older version)
+    # still holds one.
+    data = load(labelled_run / "results.json")
+    data["run"]["model"] = "openai/\x1b]0;owned\x07\x1b[2Jmock"
+    (labelled_run / "results.json").write_text(json.dumps(data), encoding="utf-8")
     # The hostile prompt and the simulator's reply quoting it: every row of the run is drawn.
     term = Terminal(["label", "results.json", "--labels", "labels.csv", "-n", "24"], labelled_run)
     screens = [term.expect("space more > ")]
+    assert "by openai/[U+001B]]0;owned[U+0007][U+001B][2Jmock" in screens[0] and "\x1b" not in screens[0]
     for _ in range(30):
         if "bake bread" in screens[-1]:
             break
@@ -293,7 +344,12 @@ def test_orbench_label_round_trips_through_a_spreadsheet(labelled_run: Path, cap
     assert main(["label", "results.json", "--export", "sample.csv", "-n", "8"]) == 0
     with open("sample.csv", encoding="utf-8", newline="") as fh:
         rows = list(csv.DictReader(fh))
-    assert len(rows) == 8 and all(not r["label"] and r["stratum"] and r["stratum_share"] for r in rows)
+    # The stratum sealed (its name would be the judge's verdict), not dropped: it comes back on import.
+    assert len(rows) == 8 and all(not r["label"] and "stratum" not in r and r["sample"] for r in rows)
+    # An export never replaces a file unasked (it once replaced the labels and the results, exit 0).
+    assert main(["label", "results.json", "--export", "sample.csv", "-n", "8"]) == 2
+    assert "--export sample.csv exists: name a new file, or add --force" in capsys.readouterr().err
+    assert main(["label", "results.json", "--export", "sample.csv", "-n", "8", "--force"]) == 0
     for r in rows[:5]:
         r["label"] = "compliance" if decide(r["prompt"], None) == "answer" else "refusal"
     with open("sample.csv", "w", encoding="utf-8", newline="") as fh:
@@ -302,7 +358,9 @@ def test_orbench_label_round_trips_through_a_spreadsheet(labelled_run: Path, cap
         writer.writerows(rows)
     assert main(["label", "--import", "sample.csv", "--labels", "team.csv", "--labeler", "bob"]) == 0
     assert "imported 5 labelled rows" in capsys.readouterr().out
-    assert [r.labeler for r in load_labels(Path("team.csv"))] == ["bob"] * 5
+    team = load_labels(Path("team.csv"))
+    assert [r.labeler for r in team] == ["bob"] * 5
+    assert all(r.stratum in ("flip", "unsure", "refusal", "answer") and r.stratum_share for r in team)
 
 
 def test_orbench_label_without_a_terminal_points_to_the_spreadsheet_route(labelled_run: Path,
@@ -384,6 +442,8 @@ def test_labels_settings_are_checked_before_any_call(pytester: pytest.Pytester, 
     (pytester.path / "empty.csv").write_text("prompt,response,label\nhi,Sure.,\n", encoding="utf-8")
     for args, message in ((["--orbench-judge-min-agreement", "0.9"], "judge_min_agreement needs judge_labels"),
                           (["--orbench-judge-labels", "missing.csv"], "does not exist: write one with `orbench label`"),
+                          # Once an INTERNALERROR (MemoryError), and a FIFO waited for ever.
+                          (["--orbench-judge-labels=/dev/zero"], "/dev/zero is a device or socket, not a file"),
                           (["--orbench-judge-labels", "empty.csv"], "has no labelled row yet"),
                           (["--orbench-judge-labels", "empty.csv", "--orbench-judge-min-agreement", "90"],
                            "a share between 0 and 1")):

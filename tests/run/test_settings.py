@@ -130,6 +130,9 @@ def test_bad_cli_values(pytester: pytest.Pytester) -> None:
     usage_error(pytester.runpytest("--orbench", "--orbench-model", "openai/x", "--orbench-offline", "--orbench-refresh"),
                 "contradict each other")
     usage_error(pytester.runpytest("--orbench", "--orbench-config", "missing.yaml"), "--orbench-config missing.yaml: no such file")
+    # Once accepted, and printed raw by `orbench label` (a window title set, the screen cleared).
+    usage_error(pytester.runpytest("--orbench", "--orbench-model", "openai/\x1b]0;owned\x07\x1b[2Jx"),
+                "--orbench-model 'openai/?U+001B?]0;owned?U+0007??U+001B??2Jx' holds control or invisible characters*")
 
 
 def test_missing_api_key_fails_before_any_call(pytester: pytest.Pytester, mock: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,6 +7,7 @@ import argparse
 import fnmatch
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,18 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     (["mock-server", "--api-key-env", "ORBENCH_TEST_UNSET_KEY"],
      "--api-key-env names $ORBENCH_TEST_UNSET_KEY, which is not set: export ORBENCH_TEST_UNSET_KEY=... first"),
     (["mock-server", "--port", "0", "--port-file", "out"], "--port-file out is a folder*"),
+    # Once the export replaced the results or the labels (both human labels gone), exit 0.
+    (["label", "r.json", "--export", "r.json", "--force"],
+     "--export r.json is the results file: writing the sample would replace it (even with --force)*"),
+    (["label", "r.json", "--labels", "labelled.csv", "--export", "labelled.csv", "--force"],
+     "--export labelled.csv is the labels file (--labels)*"),
+    (["label", "r.json", "--export", "notes.txt"], "--export notes.txt exists: name a new file, or add --force to replace it"),
+    (["label", "r.json", "--export", "out", "--force"], "--export out is not a file (a folder or a device)*"),
+    (["label", "r.json", "--store", "out", "--export", "out/store.sqlite", "--force"],
+     "--export out/store.sqlite is inside the response store out (even with --force)*"),
+    (["label", "r.json", "--export", "s.csv", "--import", "labelled.csv"], "--export writes a sample to label, --import *"),
+    (["label", "r.json", "--labels", "r.json"], "--labels r.json is the results file the replies come from*"),
+    (["label", "r.json", "--labels", "notes.txt/labels.csv"], "--labels notes.txt/labels.csv: *notes.txt is a file, not a folder*"),
 ])
 def test_bad_input_is_a_usage_error_naming_the_fix(files: Path, capsys: pytest.CaptureFixture[str],
                                                    monkeypatch: pytest.MonkeyPatch, argv: list[str], message: str) -> None:
@@ -73,6 +86,54 @@ def test_bad_input_is_a_usage_error_naming_the_fix(files: Path, capsys: pytest.C
     assert code == 2 and fnmatch.fnmatch(err.strip(), f"orbench*: {message}"), err
     assert os.listdir(files / "out") == []  # nothing written into the folder
     assert (files / "b.json").read_text(encoding="utf-8") == BASELINE
+    assert json.loads((files / "r.json").read_text(encoding="utf-8")) == RESULTS
+    assert (files / "notes.txt").read_text(encoding="utf-8") == "notes"
+
+
+def test_orbench_label_never_exports_over_its_own_files_under_another_name(files: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    labels = (files / "labelled.csv").read_text(encoding="utf-8")
+    os.symlink("r.json", "link.json")
+    os.link("labelled.csv", "hard.csv")
+    for argv, message in ((["--export", "link.json", "--force"], "--export link.json is the results file"),
+                          (["--labels", "link.json"], "--labels link.json is the results file"),
+                          (["--labels", "labelled.csv", "--export", "hard.csv", "--force"],
+                           "--export hard.csv is the labels file (--labels)")):
+        code, err = run(capsys, "label", "r.json", *argv)
+        assert code == 2 and message in err, err
+    assert json.loads((files / "r.json").read_text(encoding="utf-8")) == RESULTS
+    assert (files / "labelled.csv").read_text(encoding="utf-8") == labels
+
+
+@pytest.fixture
+def unwritable(tmp_path: Path) -> Iterator[Path]:
+    """A folder no new file can be made in: a read-only one, or for root (whom a mode does not stop) /sys."""
+    if os.geteuid() != 0:
+        folder = tmp_path / "read-only"
+        folder.mkdir()
+        folder.chmod(0o555)
+        yield folder
+        folder.chmod(0o755)
+        return
+    try:
+        os.close(os.open("/sys/orbench-probe", os.O_CREAT | os.O_WRONLY, 0o600))
+    except OSError:
+        yield Path("/sys")
+        return
+    os.unlink("/sys/orbench-probe")
+    pytest.skip("no folder here refuses root a new file")
+
+
+@pytest.mark.parametrize("argv", [
+    ["label", "r.json", "--labels", "{target}"],  # once a traceback at the first key
+    ["label", "--import", "labelled.csv", "--labels", "{target}"],
+    ["label", "r.json", "--export", "{target}"],
+])
+def test_orbench_label_refuses_a_path_it_cannot_write_before_anyone_labels(files: Path, unwritable: Path, argv: list[str],
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    target = unwritable / "labels.csv"
+    code, err = run(capsys, *(a.format(target=target) for a in argv))
+    assert code == 2 and f"{target} cannot be written: {unwritable} refuses a new file" in err, err
 
 
 @pytest.mark.parametrize("argv", [

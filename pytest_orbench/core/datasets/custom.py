@@ -86,6 +86,9 @@ def csv_records(path: Path, text: str) -> tuple[list[str], list[tuple[int, dict[
     reader = csv.DictReader(io.StringIO(text, newline=""), restval="", strict=True)
     rows: list[tuple[int, dict[str, str]]] = []
     line = 1  # where the row being read starts
+    # No field is longer than the text: the csv module's own limit (131,072 characters) refused a long reply
+    # in a labels file as bad quoting. The limit is the module's, for the whole process: restored after.
+    limit = csv.field_size_limit(max(len(text) + 1, csv.field_size_limit()))
     try:
         fields = list(reader.fieldnames or ())
         width = len(fields)
@@ -104,6 +107,8 @@ def csv_records(path: Path, text: str) -> tuple[list[str], list[tuple[int, dict[
         raise DatasetError(
             f"{path}:{line}: {what}; close the quote, and double a quote inside a quoted field (\"say \"\"hi\"\"\")"
         ) from None
+    finally:
+        csv.field_size_limit(limit)
     return fields, rows
 
 

@@ -22,6 +22,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         return run_label(results, Path(args.store), Path(args.labels), args.n, args.seed,
                          args.labeler or default_labeler(), Path(args.export) if args.export else None,
-                         Path(args.import_from) if args.import_from else None)
+                         Path(args.import_from) if args.import_from else None, force=args.force)
     except (LabelingError, LabelsError) as exc:
         return fail(str(exc))

@@ -132,8 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
     lab.add_argument("-n", type=int, default=100, help="replies in the sample (default 100)")
     lab.add_argument("--seed", type=int, default=0, help="the sample's seed (default 0: the same sample on every resume)")
     lab.add_argument("--labeler", help="who labels (default: your user name)")
-    lab.add_argument("--export", help="write the sample's unlabelled rows to this CSV (to label in a spreadsheet) "
+    lab.add_argument("--export", help="write the sample's unlabelled rows to this new CSV (to label in a spreadsheet) "
                      "instead of asking")
+    lab.add_argument("--force", action="store_true", help="let --export replace an existing file (never the labels or "
+                     "results file)")
     lab.add_argument("--import", dest="import_from", help="merge the labelled rows of this CSV (an exported sample) "
                      "into --labels")
 
