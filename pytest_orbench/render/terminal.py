@@ -294,7 +294,8 @@ def verification_summary(results: ResultsDocument) -> str | None:
         if v is None:
             continue
         both = f" ({v['both_sides']} on both sides)" if v["found"] else ""
-        errors = f", {v['errors']} failed (no verdict: {v['first_error']})" if v["errors"] else ""
+        errors = (f", {v['errors']} not verified (kept as the offline judge counted them, and counted against the "
+                  f"change in the gate's worst case: {v['first_error']})" if v["errors"] else "")
         parts.append(f"{name}: {v['found']} flips found, {v['verified']} verified{both}, {v['overturned']} overturned"
                      f"{errors}")
     cost = "" if run_block.get("cost_usd") in (None, 0) else f", ${run_block['cost_usd']:.4f}"

@@ -100,7 +100,8 @@ def test_flips_are_verified_with_exact_calls_and_the_gate_decides_on_them(pytest
         {n: w["overturned"] for n, w in want.items()}
 
 
-def test_a_failing_judge_endpoint_makes_the_run_inconclusive(pytester: pytest.Pytester, mock: Any) -> None:
+def test_a_failing_judge_endpoint_leaves_the_flips_unverified_and_the_regression_fails(pytester: pytest.Pytester,
+                                                                                       mock: Any) -> None:
     common = ("--orbench-sample", "200", "--orbench-seed", "11", "--orbench-baseline", "base.json")
     assert pytester.runpytest(*mock_args(mock, *common, "--orbench-update-baseline")).ret == 0
     result = pytester.runpytest(*mock_args(mock, *common, f"--orbench-system-prompt-file={CAREFUL}",
@@ -109,12 +110,15 @@ def test_a_failing_judge_endpoint_makes_the_run_inconclusive(pytester: pytest.Py
                                            "--orbench-json", "r.json"))
     assert result.ret == 1
     results = load(pytester.path / "r.json")
-    assert results["gate"]["verdict"] == "inconclusive"
+    # A flip whose verification failed is still a flip: the regression the offline judge saw fails the gate (it was
+    # an error, and the flips forgiven within the error budget, before).
+    assert results["gate"]["verdict"] == "fail"
     v = results["datasets"]["hard-1k"]["comparison"]["verification"]
     assert v["found"] > 0 and v["errors"] == v["found"] and v["verified"] == 0
     assert "connection refused" in v["first_error"]
     flipped = [p for p in results["prompts"] if p.get("flip_verification")]
-    assert all(p["verdict"] == "error" and p["refused"] is None for p in flipped)  # never a verdict
+    assert flipped and all(p["refused"] is not None and p["flip_verification"]["verified"] is False for p in flipped)
+    result.stdout.fnmatch_lines(["*flips found, 0 verified*not verified (kept as the offline judge counted them*"])
 
 
 def test_verify_flips_settings_are_checked_before_any_call(pytester: pytest.Pytester, mock: Any) -> None:
