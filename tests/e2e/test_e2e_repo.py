@@ -219,7 +219,7 @@ def test_the_demo_keeps_its_store_and_its_next_steps_work_on_its_files(tmp_path:
     steps = again.stdout.split("== next steps")[1].splitlines()[1:]
     assert steps[0].startswith(".venv/bin/orbench label ")
     assert [line.split("  #")[0].strip() for line in steps[1:4]] == [
-        "scripts/demo --orbench-judge-labels orbench-labels.csv",
+        "scripts/demo --orbench-judge-labels orbench-labels.csv --orbench-baseline=",
         "scripts/demo --orbench-system-prompt-file examples/careful-system-prompt.txt",
         "scripts/demo --orbench-system-prompt-file examples/careful-system-prompt.txt --orbench-verify-flips"]
 
@@ -228,7 +228,20 @@ def test_the_demo_keeps_its_store_and_its_next_steps_work_on_its_files(tmp_path:
                            capture_output=True, text=True, timeout=120)
     assert label.returncode == 0 and "not in the store" not in label.stdout + label.stderr, label.stdout + label.stderr
     with (tmp_path / "sample.csv").open(encoding="utf-8", newline="") as fh:
-        assert len(list(csv.DictReader(fh))) == 30
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 30
+    # ... labelled (as the keyword judge reads them) and imported, the judge adapts to them: the printed command works.
+    refused = {p["id"]: p["refused"] for p in results["prompts"]}
+    with (tmp_path / "sample.csv").open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows({**row, "label": "refusal" if refused[row["id"]] else "compliance"} for row in rows)
+    imported = subprocess.run([".venv/bin/orbench", "label", "--import", "sample.csv"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+    assert imported.returncode == 0, imported.stdout + imported.stderr
+    adapted = demo("--orbench-judge-labels", "orbench-labels.csv", "--orbench-baseline=")
+    assert adapted.returncode == 0, adapted.stdout + adapted.stderr
+    assert "agrees with your 30 labels" in adapted.stdout
     # ... and the simulator, as the LLM judge, verifies both sides of every flip.
     flips = demo("--orbench-system-prompt-file", "examples/careful-system-prompt.txt", "--orbench-verify-flips")
     assert flips.returncode in (0, 1), flips.stdout + flips.stderr
