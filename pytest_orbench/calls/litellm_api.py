@@ -97,15 +97,18 @@ def missing_keys(model: str) -> list[str]:
 
 
 def api_key_for(model: str, api_base: str | None, api_key_env: str | None, *, what: str = "model",
-                key_flag: str = "--orbench-api-key-env / api_key_env") -> str | None:
+                key_flag: str = "--orbench-api-key-env / api_key_env", required: bool = True) -> str | None:
     """The key to send, or None to let litellm read the provider's variable; ValueError if missing,
     or if the model string names no provider litellm knows (every call would fail). litellm is imported
-    only for a provider outside spec.PROVIDER_KEYS."""
+    only for a provider outside spec.PROVIDER_KEYS. Not `required` (a run that calls nothing, such as an
+    estimate): the model string is still checked, and a missing key is None."""
     provider = provider_of(model)
     if provider not in PROVIDER_KEYS:
         problem = provider_problem(model)
         if problem:
             raise ValueError(f"{what} {model!r}: {problem}")
+    if not required:
+        return (os.environ.get(api_key_env) or None) if api_key_env else None
     if api_key_env:
         key = os.environ.get(api_key_env)
         if not key:

@@ -9,6 +9,7 @@ per LLM judge verdict). Prices come from `input_cost_per_token` / `output_cost_p
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -212,7 +213,8 @@ def verification_part(settings: Settings, prompts: list[str], flipped: int, comp
         share = DEFAULT_FLIP_SHARE
         how = (f"{100 * share:.0f}% of the prompts assumed to flip (fewer than {MIN_MEASURED} stored replies to measure "
                "it on)")
-    flips = round(share * len(prompts))
+    # Rounded up: a cost cap must not pass on "0 calls" when 10% of 5 prompts (0.5) can flip.
+    flips = math.ceil(share * len(prompts))
     calls = flips * sides * s.trials
     if not calls:
         return Part("flip verification", s.judge_spec.model, 0, 0, 0, price_of(s.judge_spec.model, s.judge_spec.call_kwargs),

@@ -101,7 +101,7 @@ def live_base(values: dict[str, Any], bases: dict[str, Path], head: Settings) ->
     api_key_env = block.get("api_key_env") or (head.api_key_env if same_model else None)
     kwargs = block["litellm_kwargs"] if "litellm_kwargs" in block else (head.litellm_kwargs if same_model else {})
     kwargs = dict(kwargs or {})
-    check_secrets(kwargs, "base.litellm_kwargs", "base.api_key_env", head.offline)
+    check_secrets(kwargs, "base.litellm_kwargs", "base.api_key_env", head.offline or head.estimate)
     temperature = float(block.get("temperature", head.temperature))
     if not 0 <= temperature <= 2:
         raise fail(f"{where.get('temperature', 'base.temperature')} must be between 0 and 2, got {temperature}")
@@ -112,7 +112,8 @@ def live_base(values: dict[str, Any], bases: dict[str, Path], head: Settings) ->
     api_key = head.api_key if same_key else None
     if not head.offline and not same_key:
         try:
-            api_key = api_key_for(model, api_base, api_key_env, what="base model", key_flag="base.api_key_env")
+            api_key = api_key_for(model, api_base, api_key_env, what="base model", key_flag="base.api_key_env",
+                                  required=not head.estimate)
         except ValueError as exc:
             raise fail(str(exc)) from None
     return replace(head, model=model, target=None, api_base=api_base, api_key_env=api_key_env, api_key=api_key,

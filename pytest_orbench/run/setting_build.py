@@ -24,7 +24,7 @@ from pytest_orbench.run.setting_checks import (
     system_prompt_of,
 )
 from pytest_orbench.run.setting_judge import check_judge, judge_labels
-from pytest_orbench.run.setting_secrets import api_key, check_secrets, remember_secrets
+from pytest_orbench.run.setting_secrets import api_key, calls_nothing, check_secrets, remember_secrets
 from pytest_orbench.run.setting_sources import fail, read_sources
 from pytest_orbench.run.setting_target import check_target
 from pytest_orbench.run.settings import Settings
@@ -41,7 +41,7 @@ def build_settings(config: pytest.Config) -> Settings:
     batch = batch_settings(values)
     check_ranges(values)
     kwargs = values["litellm_kwargs"] or {}
-    check_secrets(kwargs, "litellm_kwargs", "api_key_env", values["offline"])
+    check_secrets(kwargs, "litellm_kwargs", "api_key_env", calls_nothing(values))
     system_prompt, source, prompt_file = system_prompt_of(src)
     data_dir = data_folder(src)
     if values["update_baseline"] and not values["baseline"]:

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_orbench.core.endpoint import LoadError, ModelSpec
-from pytest_orbench.run.setting_secrets import api_key_for, check_secrets
+from pytest_orbench.run.setting_secrets import api_key_for, calls_nothing, check_secrets
 from pytest_orbench.run.setting_sources import fail
 from pytest_orbench.run.setting_target import importable
 
@@ -28,14 +28,15 @@ def check_judge(values: dict[str, Any], folders: list[Path]) -> ModelSpec | None
             what = f"--orbench-judge {name}" if calls_llm(name) else "--orbench-verify-flips"
             raise fail(f"{what} needs a judge model: --orbench-judge-model MODEL (judge_model: in orbench.yaml)")
         kwargs = values["judge_litellm_kwargs"] or {}
-        check_secrets(kwargs, "judge_litellm_kwargs", "judge_api_key_env", values["offline"])
+        check_secrets(kwargs, "judge_litellm_kwargs", "judge_api_key_env", calls_nothing(values))
         if values["judge_max_tokens"] < 1:
             raise fail(f"judge_max_tokens must be at least 1, got {values['judge_max_tokens']}")
         key = None
         if not values["offline"]:
             try:
                 key = api_key_for(values["judge_model"], values["judge_api_base"], values["judge_api_key_env"],
-                                  what="judge model", key_flag="--orbench-judge-api-key-env / judge_api_key_env")
+                                  what="judge model", key_flag="--orbench-judge-api-key-env / judge_api_key_env",
+                                  required=not values["estimate"])
             except ValueError as exc:
                 raise fail(str(exc)) from None
         spec = judge_model_spec(values["judge_model"], values["judge_api_base"], values["judge_max_tokens"],

@@ -12,19 +12,26 @@ if TYPE_CHECKING:
     from pytest_orbench.run.settings import Settings
 
 
-def api_key_for(model: str, api_base: str | None, api_key_env: str | None, **kwargs: str) -> str | None:
+def api_key_for(model: str, api_base: str | None, api_key_env: str | None, *, what: str = "model",
+                key_flag: str = "--orbench-api-key-env / api_key_env", required: bool = True) -> str | None:
     """client.api_key_for, imported when a run is built: a disabled plugin never imports the client."""
     from pytest_orbench.calls.litellm_api import api_key_for
 
-    return api_key_for(model, api_base, api_key_env, **kwargs)
+    return api_key_for(model, api_base, api_key_env, what=what, key_flag=key_flag, required=required)
+
+
+def calls_nothing(values: dict[str, Any]) -> bool:
+    """Whether the run makes no call at all, so needs no key: offline (stored replies only) or an estimate."""
+    return bool(values["offline"] or values["estimate"])
 
 
 def api_key(values: dict[str, Any]) -> str | None:
-    """The key of the model under test (none for a target or an offline run)."""
+    """The key of the model under test (none for a target or an offline run; an estimate checks the model
+    string but needs no key)."""
     if values["target"] or values["offline"]:
         return None
     try:
-        return api_key_for(values["model"], values["api_base"], values["api_key_env"])
+        return api_key_for(values["model"], values["api_base"], values["api_key_env"], required=not values["estimate"])
     except ValueError as exc:
         raise fail(str(exc)) from None
 

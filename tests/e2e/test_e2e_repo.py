@@ -5,13 +5,23 @@ imported and checked before any call, with the rootdir importable (the example i
 
 from __future__ import annotations
 
+import csv
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import mock_args, stats
+from tests.conftest import REPO, load, mock_args, stats
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
+DEMO = (REPO / "scripts" / "demo").read_text(encoding="utf-8")
 
 
 def user_tests(pytester: pytest.Pytester) -> None:
@@ -132,3 +142,111 @@ def test_a_target_that_cannot_be_called_is_a_usage_error_before_any_call(pyteste
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
     assert "errors" not in result.stdout.str()  # one usage error, not 250 per-prompt errors
+
+
+def demo_port() -> int:
+    found = re.search(r'ORBENCH_DEMO_PORT:-(\d+)', DEMO)
+    assert found, "scripts/demo names its simulator's port as ${ORBENCH_DEMO_PORT:-PORT}"
+    return int(found.group(1))
+
+
+def test_the_committed_baseline_records_the_store_keys_of_the_demos_replies(pytester: pytest.Pytester,
+                                                                           data_dir: Path, tmp_path: Path) -> None:
+    # The baseline had no reply keys (and the demo a new port each run): --orbench-verify-flips then verified only
+    # this run's side of every flip, and the review page showed the baseline's side blank.
+    from pytest_orbench.core.datasets.pinned import load_builtin
+    from pytest_orbench.run.keys import PromptKeys
+    from pytest_orbench.run.setting_build import build_settings
+
+    baseline = load(REPO / "baselines" / "mock-baseline.json")
+    settings = build_settings(pytester.parseconfig("--orbench", "--orbench-model", "openai/orbench-mock", "--orbench-api-base",
+                                                   f"http://127.0.0.1:{demo_port()}/v1"))
+    assert baseline["run"]["api_base"] == settings.api_base and baseline["run"]["params"] == settings.params
+    datasets = [load_builtin(name, data_dir, tmp_path) for name in ("hard-1k", "toxic")]
+    keys = PromptKeys(settings, datasets)
+    expected = {p.id: keys.request(p).key for d in datasets for p in d.prompts}
+    assert {p["id"]: p.get("reply_key") for p in baseline["prompts"]} == expected
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def demo_copy(root: Path) -> dict[str, str]:
+    """scripts/demo in a copy of the files it reads, with this interpreter as its .venv (nothing installed), and
+    the environment to run it with (its simulator on a free port)."""
+    for folder in ("scripts", "baselines", "examples"):
+        shutil.copytree(REPO / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(REPO / "pyproject.toml", root / "pyproject.toml")
+    venv = root / ".venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(sys.executable)
+    (venv / "orbench").symlink_to(Path(sys.executable).parent / "orbench")
+    (venv / "activate").write_text(f'export PATH="{Path(sys.executable).parent}:$PATH"\n', encoding="utf-8")
+    (root / ".venv" / ".orbench-installed").touch()  # newer than pyproject.toml: setup-venv installs nothing
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
+    return {**env, "ORBENCH_DEMO_PORT": str(free_port())}
+
+
+@pytest.mark.slow
+def test_the_demo_keeps_its_store_and_its_next_steps_work_on_its_files(tmp_path: Path) -> None:
+    # The demo deleted its store: `orbench label` then found only the replies short enough to be in the results
+    # (refusals), a second run asked everything again, and --orbench-verify-flips could not read the baseline's side.
+    env = demo_copy(tmp_path)
+
+    def demo(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", "scripts/demo", "--orbench-sample", "15", *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    # The maintainers' regeneration, at this test's port (of a sample: the full baseline goes first): the baseline
+    # records the store keys of the replies kept.
+    (tmp_path / "baselines" / "mock-baseline.json").unlink()
+    first = demo("--orbench-update-baseline")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "30 to fetch" in first.stdout and (tmp_path / ".orbench").is_dir()
+    baseline = load(tmp_path / "baselines" / "mock-baseline.json")
+    assert len(baseline["prompts"]) == 30 and all(p.get("reply_key") for p in baseline["prompts"])
+    results = load(tmp_path / "orbench-results.json")
+
+    again = demo()
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "30 stored, 0 to fetch" in again.stdout and "orbench gate: PASS" in again.stdout
+    verdicts = {p["id"]: p["verdict"] for p in results["prompts"]}
+    assert {p["id"]: p["verdict"] for p in load(tmp_path / "orbench-results.json")["prompts"]} == verdicts
+    steps = again.stdout.split("== next steps")[1].splitlines()[1:]
+    assert steps[0].startswith(".venv/bin/orbench label ")
+    assert [line.split("  #")[0].strip() for line in steps[1:4]] == [
+        "scripts/demo --orbench-judge-labels orbench-labels.csv --orbench-baseline=",
+        "scripts/demo --orbench-system-prompt-file examples/careful-system-prompt.txt",
+        "scripts/demo --orbench-system-prompt-file examples/careful-system-prompt.txt --orbench-verify-flips"]
+
+    # The next steps, on the demo's files: every reply of the sample whole from the store...
+    label = subprocess.run([".venv/bin/orbench", "label", "--export", "sample.csv"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert label.returncode == 0 and "not in the store" not in label.stdout + label.stderr, label.stdout + label.stderr
+    with (tmp_path / "sample.csv").open(encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 30
+    # ... labelled (as the keyword judge reads them) and imported, the judge adapts to them: the printed command works.
+    refused = {p["id"]: p["refused"] for p in results["prompts"]}
+    with (tmp_path / "sample.csv").open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows({**row, "label": "refusal" if refused[row["id"]] else "compliance"} for row in rows)
+    imported = subprocess.run([".venv/bin/orbench", "label", "--import", "sample.csv"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+    assert imported.returncode == 0, imported.stdout + imported.stderr
+    adapted = demo("--orbench-judge-labels", "orbench-labels.csv", "--orbench-baseline=")
+    assert adapted.returncode == 0, adapted.stdout + adapted.stderr
+    assert "agrees with your 30 labels" in adapted.stdout
+    # ... and the simulator, as the LLM judge, verifies both sides of every flip.
+    flips = demo("--orbench-system-prompt-file", "examples/careful-system-prompt.txt", "--orbench-verify-flips")
+    assert flips.returncode in (0, 1), flips.stdout + flips.stderr
+    assert "the simulator plays the LLM judge too" in flips.stdout
+    verification = json.loads((tmp_path / "orbench-results.json").read_text(encoding="utf-8"))["datasets"]
+    found = {name: d["comparison"]["verification"] for name, d in verification.items()}
+    assert sum(v["found"] for v in found.values()) >= 2
+    assert all(v["both_sides"] == v["verified"] == v["found"] and not v["errors"] for v in found.values()), found

@@ -145,6 +145,27 @@ def test_missing_api_key_fails_before_any_call(pytester: pytest.Pytester, mock: 
     assert pytester.runpytest(*mock_args(mock, "--orbench-offline", "--collect-only")).ret == 0
 
 
+def test_an_estimate_needs_no_key_but_a_model_string_that_names_a_provider(pytester: pytest.Pytester, mock: Any,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # --orbench-estimate calls nothing: it once refused to run without the keys the calls would need (the
+    # model's, the judge's, the live base's, a variable litellm_kwargs name), before anyone had decided to pay.
+    monkeypatch.delenv("OPENAI_API_KEY")
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    pytester.makefile(".yaml", orbench="judge_litellm_kwargs:\n  api_key: {env: UNSET_JUDGE_KEY}\n")
+    args = mock_args(mock, "--orbench-datasets", "toxic", "--orbench-sample", "3", "--orbench-judge", "hybrid",
+                     "--orbench-judge-model", "anthropic/claude-3-5-haiku-20241022", "--orbench-base-model", "openai/other",
+                     "--orbench-base-api-base", mock.url, "--orbench-api-key-env", "UNSET_MODEL_KEY")
+    estimate = pytester.runpytest(*args, "--orbench-estimate")
+    assert estimate.ret == pytest.ExitCode.OK, estimate.stdout.str() + estimate.stderr.str()
+    estimate.stdout.fnmatch_lines(["orbench estimate (no call made;*", "  endpoint openai/orbench-mock: 3 calls*",
+                                   "  live base openai/other: 3 calls*", "  judge anthropic/claude-3-5-haiku-20241022:*"])
+    usage_error(pytester.runpytest(*args), "api_key_env names $UNSET_MODEL_KEY, which is not set*")  # the run needs them
+    # What an estimate can still tell without a key is still told before it: a model litellm cannot route.
+    usage_error(pytester.runpytest("--orbench", "--orbench-model", "nonsense-model", "--orbench-estimate"),
+                "model 'nonsense-model': litellm cannot tell which provider serves it*")
+    assert stats(mock.url)["requests"] == 0
+
+
 def test_unreadable_system_prompt_file(pytester: pytest.Pytester, mock: Any) -> None:
     usage_error(pytester.runpytest(*mock_args(mock, "--orbench-system-prompt-file", "nope.txt")),
                 "--orbench-system-prompt-file nope.txt: cannot read it (No such file or directory)")
