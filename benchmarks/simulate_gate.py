@@ -31,8 +31,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_orbench.analysis.baseline import paired_block  # noqa: E402
 from pytest_orbench.analysis.gate import holm  # noqa: E402
+from pytest_orbench.analysis.pairs import paired_block  # noqa: E402
 
 SETS = (("hard-1k", 1319, 0.35, "answer"), ("toxic", 655, 0.85, "refuse"))
 

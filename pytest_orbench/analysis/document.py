@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any, cast
 
 from pytest_orbench import __version__
-from pytest_orbench.analysis.baseline import check_comparable, compare, drift, save_baseline
+from pytest_orbench.analysis.baseline import check_comparable, drift, save_baseline
 from pytest_orbench.analysis.gate import GateConfig, evaluate, gate_check
+from pytest_orbench.analysis.pairs import compare
 from pytest_orbench.analysis.summary import served_versions, summarize
 from pytest_orbench.core.records import (
     NOT_REQUESTED,

@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_orbench.analysis.baseline import detectable_of
+from pytest_orbench.analysis.pairs import detectable_of
 from pytest_orbench.analysis.wording import error_shown, pp
 from pytest_orbench.core.records import (
     Comparison,

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from pytest_orbench.analysis.baseline import compare, trials_of
+from pytest_orbench.analysis.pairs import compare, trials_of
 from pytest_orbench.core.endpoint import ModelSpec
 from pytest_orbench.core.records import NOT_REQUESTED, BaselineDocument, PromptRecord, ResultsDocument
 from pytest_orbench.core.store import Store

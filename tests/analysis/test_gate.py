@@ -14,12 +14,12 @@ from pytest_orbench.analysis.baseline import (
     BaselineError,
     baseline_document,
     check_comparable,
-    compare,
     load_baseline,
     save_baseline,
 )
 from pytest_orbench.analysis.document import assess, results_document
 from pytest_orbench.analysis.gate import GateConfigError, evaluate, parse_gate
+from pytest_orbench.analysis.pairs import compare
 from pytest_orbench.analysis.summary import summarize
 from pytest_orbench.core.records import ResultsError, load_results
 from pytest_orbench.render.markdown import render_markdown
