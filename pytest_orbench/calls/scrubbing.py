@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import string
 from collections.abc import Mapping
 from functools import lru_cache
 
@@ -53,33 +54,55 @@ def secrets_of(spec: ModelSpec | None, env: Mapping[str, str] | None = None) -> 
     if spec is not None:
         secrets += spec_secrets(spec, env)
     secrets += [v for name, v in env.items() if len(v) >= 8 and _SECRET_NAME.search(name)]
-    return sorted(set(secrets), key=len, reverse=True)
+    return sorted(set(secrets), key=lambda s: (-len(s), s))
 
 
-# A secret this long is matched whatever its case and with whitespace (or zero-width characters, or a JSON
+# A secret this long is matched whatever its case (ASCII) and with whitespace (or zero-width characters, or a JSON
 # escape's backslash) between its characters: an echo that upper-cases a key or wraps it across lines still
 # gives it away. Shorter ones (a local server's "EMPTY") only as written: "empty" in a reply is no key.
 _LOOSE_MIN = 8
-_GAP = "[\\s\\\\\u200b-\u200d\u2060\ufeff]*"
+_DROPPED = "\\\u200b\u200c\u200d\u2060\ufeff"  # besides whitespace
+# ASCII letters lower-cased one for one (str.lower may change a text's length), the dropped characters deleted
+_FOLD = {**{ord(c): ord(c.lower()) for c in string.ascii_uppercase}, **{ord(c): None for c in _DROPPED}}
+
+
+def _loose(text: str) -> str:
+    return "".join(text.translate(_FOLD).split())
 
 
 @lru_cache(maxsize=32)
-def _pattern(secrets: tuple[str, ...]) -> re.Pattern[str] | None:
-    """One pattern for all the secrets, longest first (a secret inside a longer one never leaves the rest)."""
-    parts = []
-    for secret in sorted(secrets, key=len, reverse=True):
-        compact = re.sub(r"\s+", "", secret)
-        if len(compact) >= _LOOSE_MIN:
-            parts.append("(?i:" + _GAP.join(re.escape(ch) for ch in compact) + ")")
-        elif secret:
-            parts.append(re.escape(secret))
-    return re.compile("|".join(parts)) if parts else None
+def _forms(secrets: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """The secrets matched as written, and the others as `_loose` forms; each longest first."""
+    exact = [s for s in secrets if len(_loose(s)) < _LOOSE_MIN]
+    loose = sorted({_loose(s) for s in secrets if len(_loose(s)) >= _LOOSE_MIN}, key=lambda s: (-len(s), s))
+    return sorted(exact, key=lambda s: (-len(s), s)), loose
 
 
 def hide(text: str, secrets: list[str]) -> str:
     """`text` with each of `secrets` replaced by ***, also upper- or lower-cased and split by whitespace."""
-    pattern = _pattern(tuple(secrets))
-    return text if pattern is None or not text else pattern.sub("***", text)
+    exact, loose = _forms(tuple(secrets))
+    for secret in exact:
+        if secret and secret in text:
+            text = text.replace(secret, "***")
+    if not loose or not text:
+        return text
+    compact = _loose(text)
+    found = [secret for secret in loose if secret in compact]
+    if not found:  # (nearly every text: one pass over it, no positions)
+        return text
+    kept = [i for i, ch in enumerate(text) if not ch.isspace() and ch not in _DROPPED]  # `compact`'s, in `text`
+    spans = []
+    for secret in found:
+        at = compact.find(secret)
+        while at >= 0:
+            spans.append((kept[at], kept[at + len(secret) - 1] + 1))
+            at = compact.find(secret, at + 1)
+    shown, end = [], 0
+    for start, stop in sorted(spans):
+        if start >= end:
+            shown.append(text[end:start] + "***")
+        end = max(end, stop)
+    return "".join(shown) + text[end:]
 
 
 def holds_secret(text: str, secret: str) -> bool:

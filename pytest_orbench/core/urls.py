@@ -5,7 +5,7 @@ run scrubs wherever they turn up."""
 from __future__ import annotations
 
 import re
-from urllib.parse import unquote, unquote_plus, urlsplit, urlunsplit
+from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit, urlunsplit
 
 # The loopback interface by any of its names: one machine.
 LOOPBACK = r"localhost|127(?:\.\d{1,3}){3}|::1"
@@ -29,8 +29,8 @@ def redact_url(url: str | None) -> str | None:
 
 # Query parameters that carry a credential: Azure's `api-key` and SAS `sig`, a gateway's `key=` / `token=`,
 # Azure Functions' `code=`. A URL is shown, stored and echoed by gateways' errors: a key never goes there.
-SECRET_QUERY = re.compile(r"key|token|secret|passw|pwd|auth|credential|session|cookie|^sig(?:nature)?$|^code$",
-                          re.IGNORECASE)
+SECRET_QUERY = re.compile(r"key|token|secret|passw|pwd|auth|credential|session|cookie|jwt|bearer|^sig(?:nature)?$|"
+                          r"^code$|^pass$|^pw$", re.IGNORECASE)
 
 
 def _query_items(query: str) -> list[tuple[str, str | None]]:
@@ -68,6 +68,12 @@ def api_base_problem(url: str | None) -> str | None:
                 "endpoint's error may echo it; remove it, and pass the key through an environment variable (api_key_env: "
                 "/ --orbench-api-key-env VAR) or as a header the endpoint reads: litellm_kwargs: {extra_headers: "
                 f"{{{name}: {{env: VAR}}}}}}")
+    from pytest_orbench.core.endpoint import SECRET_VALUES  # (endpoint imports this module)
+
+    if SECRET_VALUES.search(unquote(f"{parts.path}?{parts.query}")):
+        return (f"({shown}) has what looks like a key in its path or query (sk-..., a JWT, ...): a URL is shown and "
+                "stored; remove it, and pass the key through an environment variable (api_key_env: / "
+                "--orbench-api-key-env VAR) or as a header: litellm_kwargs: {extra_headers: {Authorization: {env: VAR}}}")
     try:
         port = parts.port
     except ValueError:
@@ -90,5 +96,7 @@ def url_secrets(url: str | None) -> list[str]:
     parts = urlsplit(url)
     written = [value if value is not None else name for name, value in _query_items(parts.query)]
     written += [p for p in (parts.username, parts.password) if p]
-    found = [form for value in written for form in (value, unquote(value), unquote_plus(value))]
+    # (an echo may quote the value as the URL has it, decoded, or encoded again)
+    found = [form for value in written for form in (value, unquote(value), unquote_plus(value),
+                                                    quote(unquote(value), safe=""), quote_plus(unquote_plus(value)))]
     return [v for v in dict.fromkeys(found) if len(v) >= QUERY_SECRET_MIN]

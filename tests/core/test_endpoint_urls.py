@@ -22,12 +22,19 @@ SECRET = "Zq7secretvalue42"
     (f"https://store.example/v1?sv=2024&sig={SECRET}", "sig"),
     (f"https://func.example/api?code={SECRET}", "code"),
     (f"https://gw.example/v1?X%2DAPI%2DKey={SECRET}", "X-API-Key"),
+    (f"https://gw.example/v1?jwt={SECRET}", "jwt"),
 ])
 def test_a_key_in_the_query_string_is_refused_saying_where_keys_go(url: str, name: str) -> None:
     problem = api_base_problem(url)
     assert problem is not None and SECRET not in problem
     assert f"has a credential in its query string ({name}=...)" in problem
     assert "api_key_env" in problem and f"{{extra_headers: {{{name}: {{env: VAR}}}}}}" in problem
+
+
+def test_a_key_in_the_path_is_refused() -> None:
+    problem = api_base_problem("https://gw.example/sk-proj-0123456789abcdefXYZ/v1")
+    assert problem is not None and "has what looks like a key in its path or query" in problem
+    assert "0123456789abcdef" not in problem
 
 
 @pytest.mark.parametrize("url", ["https://gw.example/v1?api-version=2024-06-01", "https://gw.example/v1?tenant=team-a",
@@ -62,7 +69,8 @@ def test_the_public_kwargs_show_an_endpoint_without_credentials_or_query() -> No
 
 def test_the_values_of_a_url_are_secrets_as_written_and_decoded() -> None:
     assert url_secrets("https://gw.example/v1?tenant=ab%2Bcd%20efgh&v=2&json&" + SECRET) == [
-        "ab%2Bcd%20efgh", "ab+cd efgh", SECRET]  # short values (2, json) are parameters
+        "ab%2Bcd%20efgh", "ab+cd efgh", "ab%2Bcd+efgh", SECRET]  # short values (2, json) are parameters
+    assert "abcd%2Befgh" in url_secrets("https://gw.example/v1?tenant=abcd+efgh")  # encoded again by an echo
     assert url_secrets(f"https://user:{SECRET}@gw.example/v1") == [SECRET]
 
 
