@@ -63,6 +63,14 @@ def public_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {str(k): public(str(k), v) for k, v in sorted(kwargs.items()) if not secret_name(str(k))}
 
 
+def shown_params(params: Any) -> Any:
+    """Recorded params as public_kwargs makes them today: an endpoint set in litellm kwargs without credentials or
+    query (a baseline written before it was redacted may hold them; they are never shown from it)."""
+    if not isinstance(params, dict):
+        return params
+    return {k: redact_url(v) if k in ENDPOINT_KWARGS and isinstance(v, str) else v for k, v in params.items()}
+
+
 def resolve_env(value: Any, environ: Mapping[str, str] | None = None) -> Any:
     """The kwargs to send: `{env: VAR}` replaced by the variable's value (at call time only)."""
     environ = os.environ if environ is None else environ

@@ -99,3 +99,18 @@ def test_a_secret_is_scrubbed_whatever_case_or_whitespace_the_echo_gives_it(echo
 def test_a_short_placeholder_key_is_scrubbed_only_as_written() -> None:
     # vLLM's customary key: "empty" in a reply is no key, and a reply is stored as scrubbed.
     assert hide("EMPTY; the box is empty", ["EMPTY"]) == "***; the box is empty"
+
+
+def test_a_baseline_recorded_with_a_secret_in_its_params_never_shows_it() -> None:
+    # Baselines written before kwargs endpoints were redacted hold them as written: the "changed: params" line of
+    # the terminal and the PR comment shows them as they are recorded today, and a query alone is no change.
+    from pytest_orbench.analysis.baseline import check_comparable
+
+    def run(params: dict[str, Any]) -> dict[str, Any]:
+        return {"endpoint": "openai/m", "params": params, "judge": {"id": "keyword", "version": "1"}, "datasets": {}}
+
+    old = {"run": run({"api_base": f"https://u:{SECRET}@gw.example/v1?tenant=t1", "max_tokens": 1}), "prompts": [],
+           "datasets": {}}
+    assert check_comparable(old, run({"api_base": "https://gw.example/v1", "max_tokens": 1}), {}) == []  # type: ignore[arg-type]
+    changes = check_comparable(old, run({"api_base": "https://gw.example/v1", "max_tokens": 2}), {})  # type: ignore[arg-type]
+    assert SECRET not in str(changes) and changes[0]["baseline"] == {"api_base": "https://gw.example/v1", "max_tokens": 1}
