@@ -73,7 +73,7 @@ def _loose(text: str) -> str:
 @lru_cache(maxsize=32)
 def _forms(secrets: tuple[str, ...]) -> tuple[list[str], list[str]]:
     """The secrets matched as written, and the others as `_loose` forms; each longest first."""
-    exact = [s for s in secrets if len(_loose(s)) < _LOOSE_MIN]
+    exact = [s for s in secrets if 0 < len(_loose(s)) < _LOOSE_MIN]  # (blanks alone are no secret: never hidden)
     loose = sorted({_loose(s) for s in secrets if len(_loose(s)) >= _LOOSE_MIN}, key=lambda s: (-len(s), s))
     return sorted(exact, key=lambda s: (-len(s), s)), loose
 
