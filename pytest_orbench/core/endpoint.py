@@ -107,10 +107,25 @@ class ModelSpec:
     def key(self, **request: Any) -> str:
         """Store key of one request to this model: everything that determines the reply, no secrets."""
         fields = {"model": self.model, "api_base": redact_url(self.api_base), "params": self.params, **request}
-        written = literal_header_values(self.call_kwargs)
-        if written:  # only then: the keys of settings without such headers stay as they were
-            fields["header_values"] = written
-        return response_key(fields)
+        return response_key({**fields, **unshown_key_fields(self.api_base, self.call_kwargs)})
+
+
+def unshown_key_fields(api_base: str | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """What decides a reply but is never stored or shown, for store keys only (hashed): header values written in
+    the settings, the query string of an endpoint URL (a deployment, an API version; a key there is refused) and an
+    endpoint URL read with `{env: VAR}`. Without any of them nothing is added: the keys of such settings stay as
+    they were. Without these, two deployments behind one public form shared their replies: the live base's were
+    taken for the configuration tested."""
+    fields: dict[str, Any] = {}
+    written = literal_header_values(kwargs)
+    if written:
+        fields["header_values"] = written
+    urls = {"api_base": api_base, **{name: resolve_env(kwargs.get(name)) for name in ENDPOINT_KWARGS if name in kwargs}}
+    unshown = {name: url for name, url in urls.items() if isinstance(url, str) and url
+               and (urlsplit(url).query or is_env_ref(kwargs.get(name)))}
+    if unshown:
+        fields["endpoint_urls"] = unshown
+    return fields
 
 
 def literal_header_values(kwargs: dict[str, Any]) -> dict[str, dict[str, str]]:
