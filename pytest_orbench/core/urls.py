@@ -90,11 +90,12 @@ QUERY_SECRET_MIN = 8
 
 def url_secrets(url: str | None) -> list[str]:
     """The values of an endpoint URL that may be credentials, as written and decoded: each query value (a bare
-    item too) and the user:password. Scrubbed wherever they turn up (an error that echoes the URL)."""
+    item too), the fragment's, and the user:password. Scrubbed wherever they turn up (an error that echoes the URL)."""
     if not url:
         return []
     parts = urlsplit(url)
-    written = [value if value is not None else name for name, value in _query_items(parts.query)]
+    items = _query_items(parts.query) + _query_items(parts.fragment)  # (a fragment is not sent: an error may quote it)
+    written = [value if value is not None else name for name, value in items]
     written += [p for p in (parts.username, parts.password) if p]
     # (an echo may quote the value as the URL has it, decoded, or encoded again)
     found = [form for value in written for form in (value, unquote(value), unquote_plus(value),

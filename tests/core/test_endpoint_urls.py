@@ -72,6 +72,7 @@ def test_the_values_of_a_url_are_secrets_as_written_and_decoded() -> None:
         "ab%2Bcd%20efgh", "ab+cd efgh", "ab%2Bcd+efgh", SECRET]  # short values (2, json) are parameters
     assert "abcd%2Befgh" in url_secrets("https://gw.example/v1?tenant=abcd+efgh")  # encoded again by an echo
     assert url_secrets(f"https://user:{SECRET}@gw.example/v1") == [SECRET]
+    assert url_secrets(f"https://gw.example/v1#t={SECRET}") == [SECRET]
 
 
 def test_an_endpoint_scrubs_the_values_of_every_url_it_calls(monkeypatch: pytest.MonkeyPatch) -> None:
