@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 from pytest_orbench import __version__
 from pytest_orbench.analysis.pairs import compare
 from pytest_orbench.core.document_checks import objects_problem, prompts_problem, run_problem, summary_mismatch
-from pytest_orbench.core.endpoint import is_loopback
+from pytest_orbench.core.endpoint import is_loopback, shown_params
 from pytest_orbench.core.jsonfile import dumps, loads_document, write_atomic
 from pytest_orbench.core.records import (
     BASELINE_SCHEMA,
@@ -195,8 +195,9 @@ def check_comparable(baseline: BaselineDocument, run: RunMeta, prompt_hashes: di
     old_run = baseline["run"]
     for key, label in (("endpoint", "endpoint"), ("system_prompt_sha256", "system prompt sha256"), ("params", "params"),
                        ("revision", "revision")):
-        if old_run.get(key) != run.get(key):
-            changes.append({"what": label, "baseline": old_run.get(key), "current": run.get(key)})
+        before, now = (shown_params(r.get(key)) if key == "params" else r.get(key) for r in (old_run, run))
+        if before != now:
+            changes.append({"what": label, "baseline": before, "current": now})
     # The same model asked at another server (a new gateway, another vLLM deployment, the live base's
     # --orbench-base-api-base) can answer otherwise: said, as the judge's endpoint is. Both sides are
     # recorded without credentials or query (run/metadata.endpoint_meta).
@@ -209,8 +210,8 @@ def check_comparable(baseline: BaselineDocument, run: RunMeta, prompt_hashes: di
     for key, label in (("api_base", "judge endpoint"), ("params", "judge params")):
         # The same judge model asked elsewhere or otherwise (another max_tokens, temperature): comparable, and
         # said. Baselines written before these were recorded have neither, and say nothing.
-        if key in old_judge and key in new_judge and old_judge[key] != new_judge[key]:
-            changes.append({"what": label, "baseline": old_judge[key], "current": new_judge[key]})
+        if key in old_judge and key in new_judge and shown_params(old_judge[key]) != shown_params(new_judge[key]):
+            changes.append({"what": label, "baseline": shown_params(old_judge[key]), "current": shown_params(new_judge[key])})
     changes += served_changes(old_run.get("served"), run.get("served"), str(old_run.get("endpoint")), str(run.get("endpoint")))
     return changes
 

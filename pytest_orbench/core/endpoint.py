@@ -1,7 +1,7 @@
 """Endpoint facts, without pytest or yaml: `ModelSpec` (one litellm model and how to call it: the
 endpoint under test, a judge, a pipeline stage), providers and their key variables, credentials in
-settings (secret names and values, `{env: VAR}` references) and URL redaction. The fetch process,
-`orbench generate` and the run's settings all check endpoints with these."""
+settings (secret names and values, `{env: VAR}` references, the URLs kwargs set); the URLs themselves are
+urls.py's. The fetch process, `orbench generate` and the run's settings all check endpoints with these."""
 
 from __future__ import annotations
 
@@ -13,18 +13,15 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from pytest_orbench.core.store import response_key
+from pytest_orbench.core.urls import LOOPBACK as LOOPBACK
+from pytest_orbench.core.urls import api_base_problem as api_base_problem
+from pytest_orbench.core.urls import is_loopback as is_loopback
+from pytest_orbench.core.urls import redact_url as redact_url
 
 SECRET_WORDS = re.compile(r"key|token|secret|password|authorization|credential", re.IGNORECASE)
-# The loopback interface by any of its names: one machine.
-LOOPBACK = r"localhost|127(?:\.\d{1,3}){3}|::1"
-
-
-def is_loopback(host: str | None) -> bool:
-    """A host name (no port) of this machine's loopback interface."""
-    return host is not None and re.fullmatch(LOOPBACK, host, re.IGNORECASE) is not None
 
 
 def secret_name(key: str) -> bool:
@@ -32,43 +29,6 @@ def secret_name(key: str) -> bool:
     pricing) are not, though they say "token"."""
     return bool(SECRET_WORDS.search(key)) and "cost" not in key.lower()
 HEADER_KEYS = ("headers", "extra_headers", "default_headers")
-
-
-def redact_url(url: str | None) -> str | None:
-    """Drop credentials and query strings from an endpoint URL before it is stored or shown."""
-    if not url:
-        return url
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
-
-
-def api_base_problem(url: str | None) -> str | None:
-    """What keeps an api_base from being called as written, with the fix (None: nothing). Shown without
-    credentials or query: only the scheme and host are quoted."""
-    if not url:
-        return None
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return "is not an http:// or https:// URL with a host: write it as http://HOST:PORT/v1"
-    shown = f"{parts.scheme}://{parts.hostname}"
-    if parts.username is not None or parts.password is not None:
-        # litellm cannot send credentials from the URL: every call failed locally ("Cannot combine AUTHORIZATION
-        # header with AUTH argument or credentials encoded in URL"), and the URL itself is a secret in plain sight.
-        return (f"({shown}) has credentials in it (user:password@): they cannot be sent from the URL, and a URL is "
-                "shown and stored; remove them, and pass the key through an environment variable (api_key_env: / "
-                "--orbench-api-key-env VAR) or as a header: litellm_kwargs: {extra_headers: {Authorization: "
-                "{env: VAR}}}")
-    try:
-        port = parts.port
-    except ValueError:
-        return f"({shown}:...) has a port that is not a number from 0 to 65535"
-    if port is None and parts.netloc.endswith(":"):
-        return f"({shown}:) has ':' and no port after it, which would call port {443 if parts.scheme == 'https' else 80}: " \
-               "give the port, or leave the ':' out"
-    return None
 
 
 def is_env_ref(value: Any) -> bool:
@@ -94,11 +54,21 @@ def public_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
             return sorted(str(k) for k in value)
         if is_env_ref(value):
             return {"env": value["env"]}
+        if key in ENDPOINT_KWARGS and isinstance(value, str):
+            return redact_url(value)  # as the api_base setting is: no credentials, no query (a token there)
         if isinstance(value, dict):
             return {str(k): public(str(k), v) for k, v in sorted(value.items())}
         return value
 
     return {str(k): public(str(k), v) for k, v in sorted(kwargs.items()) if not secret_name(str(k))}
+
+
+def shown_params(params: Any) -> Any:
+    """Recorded params as public_kwargs makes them today: an endpoint set in litellm kwargs without credentials or
+    query (a baseline written before it was redacted may hold them; they are never shown from it)."""
+    if not isinstance(params, dict):
+        return params
+    return {k: redact_url(v) if k in ENDPOINT_KWARGS and isinstance(v, str) else v for k, v in params.items()}
 
 
 def resolve_env(value: Any, environ: Mapping[str, str] | None = None) -> Any:
@@ -137,10 +107,25 @@ class ModelSpec:
     def key(self, **request: Any) -> str:
         """Store key of one request to this model: everything that determines the reply, no secrets."""
         fields = {"model": self.model, "api_base": redact_url(self.api_base), "params": self.params, **request}
-        written = literal_header_values(self.call_kwargs)
-        if written:  # only then: the keys of settings without such headers stay as they were
-            fields["header_values"] = written
-        return response_key(fields)
+        return response_key({**fields, **unshown_key_fields(self.api_base, self.call_kwargs)})
+
+
+def unshown_key_fields(api_base: str | None, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """What decides a reply but is never stored or shown, for store keys only (hashed): header values written in
+    the settings, the query string of an endpoint URL (a deployment, an API version; a key there is refused) and an
+    endpoint URL read with `{env: VAR}`. Without any of them nothing is added: the keys of such settings stay as
+    they were. Without these, two deployments behind one public form shared their replies: the live base's were
+    taken for the configuration tested."""
+    fields: dict[str, Any] = {}
+    written = literal_header_values(kwargs)
+    if written:
+        fields["header_values"] = written
+    urls = {"api_base": api_base, **{name: resolve_env(kwargs.get(name)) for name in ENDPOINT_KWARGS if name in kwargs}}
+    unshown = {name: url for name, url in urls.items() if isinstance(url, str) and url
+               and (urlsplit(url).query or is_env_ref(kwargs.get(name)))}
+    if unshown:
+        fields["endpoint_urls"] = unshown
+    return fields
 
 
 def literal_header_values(kwargs: dict[str, Any]) -> dict[str, dict[str, str]]:
@@ -254,6 +239,41 @@ def kwargs_endpoint(kwargs: Mapping[str, Any] | None, env: Mapping[str, str] | N
     return None
 
 
+def _is_url(value: Any) -> bool:
+    return isinstance(value, str) and re.match(r"https?://", value.strip(), re.IGNORECASE) is not None
+
+
+def kwargs_urls(kwargs: Any, where: str, env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """Every URL litellm kwargs hold, with where it is set: `api_base` / `base_url` (written, or read with
+    `{env: VAR}` when VAR is set), and any http(s) URL nested anywhere in them."""
+    env = os.environ if env is None else env
+    found: list[tuple[str, str]] = []
+    if isinstance(kwargs, dict) and not is_env_ref(kwargs):
+        for key, value in kwargs.items():
+            path = f"{where}.{key}"
+            if key in ENDPOINT_KWARGS and is_env_ref(value) and env.get(value["env"]):
+                found.append((f"{path} (${value['env']})", env[value["env"]]))
+            elif key in ENDPOINT_KWARGS and isinstance(value, str) and value:
+                found.append((path, value))
+            else:
+                found += kwargs_urls(value, path, env)
+    elif isinstance(kwargs, list):
+        for i, item in enumerate(kwargs):
+            found += kwargs_urls(item, f"{where}[{i}]", env)
+    elif _is_url(kwargs):
+        found.append((where, kwargs))
+    return found
+
+
+def env_base_urls(model: str | None, env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """The base URL variables litellm reads for the model's provider when no api_base is given
+    (`OPENAI_BASE_URL`, `OPENAI_API_BASE`), as (variable, value), those that are set."""
+    env = os.environ if env is None else env
+    provider = provider_of(model or "").upper()
+    names = (f"{provider}_BASE_URL", f"{provider}_API_BASE") if provider else ()
+    return [(name, env[name]) for name in names if env.get(name)]
+
+
 def calls_go_to(model: str | None, api_base: str | None, target: str | None = None,
                 env: Mapping[str, str] | None = None) -> str:
     """Where a configuration's calls go, for people: the host (and port) of its api_base; without one,
@@ -273,10 +293,8 @@ def calls_go_to(model: str | None, api_base: str | None, target: str | None = No
     if api_base:
         return host(api_base)
     provider = provider_of(model or "")
-    env = os.environ if env is None else env
-    for var in (f"{provider.upper()}_BASE_URL", f"{provider.upper()}_API_BASE") if provider else ():
-        if env.get(var):
-            return f"{host(env[var])} (from {var})"
+    for var, url in env_base_urls(model, env)[:1]:
+        return f"{host(url)} (from {var})"
     return f"{provider}'s own API" if provider else "litellm's default endpoint for the model"
 
 
@@ -313,13 +331,18 @@ def literal_secrets(value: Any, where: str) -> list[str]:
 
 
 def secret_problem(kwargs: dict[str, Any], where: str, key_setting: str, check_env: bool = True) -> str | None:
-    """What is wrong with the credentials in litellm kwargs, with the fix (None: nothing). Literal
-    credentials anywhere in nested kwargs are refused, showing the `{env: VAR}` form; `{env: VAR}`
-    values need VAR set. Shared by the run's settings and `orbench generate`."""
+    """What is wrong with the credentials in litellm kwargs, with the fix (None: nothing). Every URL in them
+    passes the api_base check (no user:password@, no key in the query string); literal credentials anywhere
+    in nested kwargs are refused, showing the `{env: VAR}` form; `{env: VAR}` values need VAR set. Shared by
+    the run's settings and `orbench generate`."""
     top = next((k for k in kwargs if secret_name(str(k)) and not is_env_ref(kwargs[k])), None)
     if top is not None:
         return (f"{where}.{top} looks like a secret; secrets never go in orbench.yaml. Put the key in an "
                 f"environment variable and set {key_setting} to its name")
+    for path, url in kwargs_urls(kwargs, where):
+        problem = api_base_problem(url)
+        if problem:
+            return f"{path} {problem}"
     found = literal_secrets(kwargs, where)
     if found:
         path = found[0]

@@ -100,7 +100,10 @@ class FetchChild:
                       or re.match(r"^[\w.]+(?:Error|Exception|Exit|Interrupt)\b", line)), None)
         tail = [line for line in lines[-3:] if line != cause and "Warning" not in line]
         shown = [cause] if cause else tail
-        return f"the fetch process {_how(code)}" + (f": {' | '.join(shown)}" if shown else "")
+        from pytest_orbench.calls.scrubbing import scrub
+
+        # (its last words may quote a request: never with the run's secrets)
+        return scrub(None, f"the fetch process {_how(code)}" + (f": {' | '.join(shown)}" if shown else ""))
 
     def watch(self, on_death: Callable[[str], None]) -> None:
         """Calls `on_death(why)` from a thread of its own if the child dies before the parent stops it:
@@ -257,11 +260,16 @@ def _run_shard(work: FetchFrame, shard: int, shards: int, wait_for_stop: Any,
     import asyncio
 
     from pytest_orbench.calls.client import make_caller
+    from pytest_orbench.calls.scrubbing import remember_secrets, spec_secrets
     from pytest_orbench.core.store import Store
     from pytest_orbench.fetch.loop import FetchLoop
     from pytest_orbench.judging.llm_calls import judge_stage
     from pytest_orbench.judging.registry import make_judge
 
+    # Each endpoint's callers scrub every endpoint's secrets (a judge that echoes the tested model's key), as the
+    # pytest process does.
+    remember_secrets(*(secret for spec in [*(spec for spec, _ in work.configs), work.judge_spec] if spec is not None
+                       for secret in spec_secrets(spec)))
     jobs, concurrency = _share(work, shard, shards)
     store = Store(work.store)
     judge = make_judge(work.judge, work.judge_spec, work.keyword_model) if work.judge is not None else None

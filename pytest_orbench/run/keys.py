@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_orbench.core.datasets.prompts import Dataset, Prompt, test_name
-from pytest_orbench.core.endpoint import redact_url
+from pytest_orbench.core.endpoint import redact_url, unshown_key_fields
 from pytest_orbench.core.store import response_key
 from pytest_orbench.fetch.plan import Request
 from pytest_orbench.run.settings import Settings
@@ -56,6 +56,7 @@ class PromptKeys:
                 # A new revision of the application behind `target:` (or of anything else the user names)
                 # is asked again; without one the keys stay as they were.
                 **({"revision": s.revision} if s.revision else {}),
+                **unshown_key_fields(s.api_base, s.litellm_kwargs),  # (routing headers, a deployment in a query)
             }
         return Request(response_key({**fields, "prompt": prompt.text}), prompt.text, config)
 

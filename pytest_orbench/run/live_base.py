@@ -17,6 +17,7 @@ from pytest_orbench.core.endpoint import (
     redact_url,
 )
 from pytest_orbench.run.options import BY_KEY
+from pytest_orbench.run.setting_checks import check_env_bases
 from pytest_orbench.run.setting_secrets import api_key_for, check_secrets
 from pytest_orbench.run.setting_sources import coerce, fail, read_prompt
 from pytest_orbench.run.settings import Settings
@@ -102,6 +103,7 @@ def live_base(values: dict[str, Any], bases: dict[str, Path], head: Settings) ->
     kwargs = block["litellm_kwargs"] if "litellm_kwargs" in block else (head.litellm_kwargs if same_model else {})
     kwargs = dict(kwargs or {})
     check_secrets(kwargs, "base.litellm_kwargs", "base.api_key_env", head.offline or head.estimate)
+    check_env_bases(model, api_base, kwargs, head.offline, "the live base")
     temperature = float(block.get("temperature", head.temperature))
     if not 0 <= temperature <= 2:
         raise fail(f"{where.get('temperature', 'base.temperature')} must be between 0 and 2, got {temperature}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 
 import pytest
@@ -24,7 +25,13 @@ from pytest_orbench.run.setting_checks import (
     system_prompt_of,
 )
 from pytest_orbench.run.setting_judge import check_judge, judge_labels
-from pytest_orbench.run.setting_secrets import api_key, calls_nothing, check_secrets, remember_secrets
+from pytest_orbench.run.setting_secrets import (
+    api_key,
+    calls_nothing,
+    check_secrets,
+    remember_secrets,
+    secrets_in_system_prompts,
+)
 from pytest_orbench.run.setting_sources import fail, read_sources
 from pytest_orbench.run.setting_target import check_target
 from pytest_orbench.run.settings import Settings
@@ -101,6 +108,9 @@ def build_settings(config: pytest.Config) -> Settings:
     )
     base = live_base(values, src.bases, settings)
     remember_secrets(settings, base)
+    if not hasattr(config, "workerinput"):  # said once, by the controller, before any call
+        for warning in secrets_in_system_prompts(settings, base):
+            sys.stderr.write(f"orbench: {warning}\n")
     if settings.verify_flips and base is None and (settings.baseline is None or settings.update_baseline):
         raise fail("--orbench-verify-flips checks the prompts whose verdict flipped against the compared side, and this "
                    "run compares with nothing: set --orbench-baseline FILE (without --orbench-update-baseline) or a live "

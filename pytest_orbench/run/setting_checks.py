@@ -12,7 +12,7 @@ from pytest_orbench.core.datasets.prompts import DatasetError
 from pytest_orbench.core.datasets.registry import BUILTINS
 from pytest_orbench.core.datasets.specs import DatasetSpec, parse_spec, spec_from_mapping
 from pytest_orbench.core.durations import parse_age
-from pytest_orbench.core.endpoint import api_base_problem
+from pytest_orbench.core.endpoint import api_base_problem, env_base_urls, kwargs_endpoint
 from pytest_orbench.core.prompt_file import split
 from pytest_orbench.run.options import BY_KEY, MAX_TRIALS, MIN_MARKDOWN_CHARS, RANGES
 from pytest_orbench.run.setting_sources import Sources, fail, read_prompt
@@ -210,11 +210,29 @@ def revision_of(values: dict[str, Any]) -> str | None:
 
 
 def check_api_bases(values: dict[str, Any]) -> None:
-    """The model's and the judge's endpoint URLs."""
+    """The model's and the judge's endpoint URLs, and the base URL variable litellm reads for each when neither
+    api_base nor litellm_kwargs sets one (the URLs in litellm_kwargs are check_secrets')."""
     for key, flag in (("api_base", "--orbench-api-base"), ("judge_api_base", "--orbench-judge-api-base")):
         problem = api_base_problem(values[key])
         if problem:
             raise fail(f"{flag} ({key}: in orbench.yaml) {problem}")
+    check_env_bases(values["model"], values["api_base"], values["litellm_kwargs"], values["offline"], "the model")
+    if values["judge_model"]:
+        check_env_bases(values["judge_model"], values["judge_api_base"], values["judge_litellm_kwargs"],
+                        values["offline"], "the judge model")
+
+
+def check_env_bases(model: str | None, api_base: str | None, kwargs: dict[str, Any] | None, offline: bool,
+                    what: str) -> None:
+    """The base URL variables litellm reads for a model without an api_base (OPENAI_BASE_URL, ...) pass the api_base
+    check: a key in their query string would be echoed into the run's reports as any other would."""
+    if offline or not model or api_base or kwargs_endpoint(kwargs):
+        return
+    for variable, url in env_base_urls(model):
+        problem = api_base_problem(url)
+        if problem:
+            raise fail(f"${variable}, which litellm reads as the endpoint of {what} {model} (no api_base is set), "
+                       f"{problem}")
 
 
 def outputs(src: Sources, update: Path | None) -> dict[str, Path | None]:

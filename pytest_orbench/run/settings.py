@@ -68,8 +68,9 @@ class Settings:
     base: Settings | None = None  # the live base configuration (--orbench-base-*, base:), compared prompt by prompt
 
     def __repr__(self) -> str:
-        # The generated repr, with the endpoint URLs as they are shown elsewhere (no credentials, no query) and
-        # no secret (api_key is left out): --full-trace and -l print it in a crash's locals.
+        # The generated repr, with the endpoint URLs and litellm kwargs as they are shown elsewhere (no credentials,
+        # no query, header values by name) and no secret (api_key is left out): --full-trace and -l print it in a
+        # crash's locals.
         from dataclasses import fields
 
         shown = []
@@ -77,7 +78,11 @@ class Settings:
             if not f.repr:
                 continue
             value = getattr(self, f.name)
-            shown.append(f"{f.name}={redact_url(value) if f.name == 'api_base' else value!r}")
+            if f.name == "api_base":
+                value = redact_url(value)
+            elif f.name == "litellm_kwargs":
+                value = public_kwargs(value)
+            shown.append(f"{f.name}={value!r}")
         return f"Settings({', '.join(shown)})"
 
     @property

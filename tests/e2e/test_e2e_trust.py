@@ -1,6 +1,6 @@
 """End to end: a gate that never passes silently. Ungated runs, baselines that share no dataset,
 baselines only from complete runs, Holm across checks, served versions, store age and revision,
-secrets in nested settings, and the small truths of the summary; litellm against the simulator."""
+secrets in nested settings and in URLs, and the small truths of the summary; litellm against the simulator."""
 
 from __future__ import annotations
 
@@ -291,6 +291,26 @@ def test_nested_credentials_are_refused_and_env_references_never_written(
     for path in written:
         assert token.encode() not in path.read_bytes() and b"team-zebra-42" not in path.read_bytes(), path
     assert token not in ran.stdout.str() + ran.stderr.str()
+
+
+
+def test_an_endpoint_that_echoes_the_url_puts_no_value_of_it_in_any_output(pytester: pytest.Pytester, mock: Any) -> None:
+    # A gateway's 404 quotes the URL it was asked, query and all: the fetch process scrubs the query's values (a
+    # key named like one is refused before any call) from the error before any report, file or terminal sees it.
+    value = "tenant-Qx81zz9"
+    args = mock_args(mock, "--orbench-api-base", f"{mock.url}?tenant={value}", "--orbench-datasets", "toxic",
+                     "--orbench-sample", "3", "--orbench-json", "r.json", "--orbench-markdown", "r.md",
+                     "--orbench-html", "r.html", "--orbench-junit", "o.xml", "--junitxml", "j.xml")
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert "no route /v1?tenant=***" in (pytester.path / "r.json").read_text(encoding="utf-8")  # the echo came back
+    written = {name: (pytester.path / name).read_text(encoding="utf-8")
+               for name in ("r.json", "r.md", "r.html", "o.xml", "j.xml")}
+    for name, text in {**written, "terminal": result.stdout.str() + result.stderr.str()}.items():
+        assert value.lower() not in text.lower(), name
+    refused = pytester.runpytest(*mock_args(mock, "--orbench-api-base", f"{mock.url}?api-key={value}"))
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR and value not in refused.stdout.str() + refused.stderr.str()
+    refused.stderr.fnmatch_lines(["*has a credential in its query string (api-key=...)*api_key_env*"])
 
 
 # -- small truths ----------------------------------------------------------------------------------

@@ -49,7 +49,7 @@ def test_a_crash_shows_no_secret_of_the_run_in_any_traceback_style(pytester: pyt
 
         coordinator.make_plan = boom
     """)
-    config(pytester, f"{mock.url}?token={SECRETS[2]}")  # a token in the query string
+    config(pytester, f"{mock.url}?tenant={SECRETS[2]}")  # a value in the query string (one named like a key is refused)
     result = run(pytester, "--orbench", "--orbench-sample", "5", "--orbench-seed", "1", "-p", "no:cacheprovider", *style)
     out = result.stdout + result.stderr
     assert result.returncode == 3 and "INTERNALERROR" in out and "boom" in out
@@ -65,10 +65,12 @@ def test_the_settings_and_an_endpoint_show_no_credentials_in_their_repr() -> Non
     assert "https://gw.example/v1" in repr(spec)
     fields = {name: None for name in Settings.__dataclass_fields__}
     fields.update(model="openai/m", api_base=f"https://user:{SECRETS[3]}@gw.example/v1", api_key=SECRETS[0],
-                  litellm_kwargs={}, datasets=(), store=".orbench", judge="keyword", temperature=0.0, max_tokens=1,
+                  litellm_kwargs={"base_url": f"https://gw.example/v1?tenant={SECRETS[2]}",
+                                  "extra_headers": {"X-Token": SECRETS[1]}}, datasets=(), store=".orbench", judge="keyword", temperature=0.0, max_tokens=1,
                   timeout=1.0, retries=0, concurrency=1, refresh=False, offline=False)
     shown = repr(Settings(**fields))
     assert SECRETS[3] not in shown and SECRETS[0] not in shown and "api_base='https://gw.example/v1'" in shown
+    assert SECRETS[2] not in shown and SECRETS[1] not in shown and "'base_url': 'https://gw.example/v1'" in shown
 
 
 def test_credentials_in_api_base_are_a_usage_error_before_any_call(pytester: pytest.Pytester, mock: Any) -> None:

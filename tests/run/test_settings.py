@@ -404,7 +404,7 @@ def test_a_live_base_whose_endpoint_is_in_its_litellm_kwargs_is_not_refused(pyte
     ("--orbench-api-base", "http://127.0.0.1:/v1",
      "--orbench-api-base (api_base: in orbench.yaml) (http://127.0.0.1:) has ':' and no port after it, which would call "
      "port 80: give the port, or leave the ':' out"),
-    ("--orbench-api-base", "https://gw.example:80a/v1?key=s3cret",
+    ("--orbench-api-base", "https://gw.example:80a/v1?tenant=s3cret",
      "--orbench-api-base (api_base: in orbench.yaml) (https://gw.example:...) has a port that is not a number*"),
     ("--orbench-api-base", "localhost:8000/v1",
      "--orbench-api-base (api_base: in orbench.yaml) is not an http:// or https:// URL with a host: write it as "

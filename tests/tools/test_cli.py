@@ -163,9 +163,11 @@ def test_judge_eval_bad_input_makes_no_judge_call(files: Path, capsys: pytest.Ca
     for argv, message in (((*llm, "--concurrency", "0"), "--concurrency must be at least 1, got 0"),
                           ((*llm, "--against", "nope"), "--against: unknown judge 'nope'"),
                           ((*llm, "--store", "notes.txt"), "--store notes.txt is a file: the response store is a folder"),
-                          ((*llm, "--timeout", "0"), "--timeout must be a number of seconds between 0 and 3600, got 0.0")):
+                          ((*llm, "--timeout", "0"), "--timeout must be a number of seconds between 0 and 3600, got 0.0"),
+                          ((*llm, "--judge-api-base", f"{mock.url}?key=s3cret-value"),
+                           "--judge-api-base (http://127.0.0.1) has a credential in its query string (key=...)")):
         code, err = run(capsys, "judge-eval", "labelled.csv", *argv)
-        assert code == 2 and message in err, err
+        assert code == 2 and message in err and "s3cret-value" not in err, err
     assert stats(mock.url)["requests"] == 0
 
 

@@ -151,6 +151,13 @@ def test_the_category_table_counts_every_toxic_prompt(tmp_path: Path) -> None:
     ({"out": "o.csv", "rewriter": {"model": "openai/r",
                                    "litellm_kwargs": {"extra_headers": {"X-Token": {"env": "ORBENCH_TEST_UNSET"}}}},
       "moderators": ["openai/m"], "seed_model": "openai/s"}, "reads $ORBENCH_TEST_UNSET"),
+    # Every URL the pipeline calls passes the run's api_base check: no key in a query string, no user:password@.
+    ({"out": "o.csv", "rewriter": "openai/r", "moderators": ["openai/m"], "seed_model": "openai/s",
+      "api_base": "https://gw.example/v1?api-key=s3cret-value"},
+     "generate.api_base (https://gw.example) has a credential in its query string (api-key=...)"),
+    ({"out": "o.csv", "rewriter": {"model": "openai/r", "litellm_kwargs": {"base_url": "http://u:s3cret-value@gw/v1"}},
+      "moderators": ["openai/m"], "seed_model": "openai/s"},
+     "generate.rewriter.litellm_kwargs.base_url (http://gw) has credentials in it"),
 ])
 def test_bad_generate_settings_name_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                             values: dict[str, Any], message: str) -> None:
@@ -160,7 +167,7 @@ def test_bad_generate_settings_name_the_fix(monkeypatch: pytest.MonkeyPatch, tmp
     (tmp_path / "s.csv").write_text("prompt,category\nx,privacy\n")
     with pytest.raises(GenerateError) as info:
         build_config(values, tmp_path)
-    assert message in str(info.value)
+    assert message in str(info.value) and "s3cret-value" not in str(info.value)
 
 
 def test_the_seeds_file_is_read_once_by_the_check_and_used_by_the_pipeline(monkeypatch: pytest.MonkeyPatch,

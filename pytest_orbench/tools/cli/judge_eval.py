@@ -20,6 +20,7 @@ def run(args: argparse.Namespace) -> int:
     from pytest_orbench.calls.litellm_api import api_key_for
     from pytest_orbench.core.jsonfile import dumps, output_problem, write_atomic
     from pytest_orbench.core.store_database import store_problem
+    from pytest_orbench.core.urls import api_base_problem
     from pytest_orbench.judging.judges import JudgeError
     from pytest_orbench.judging.labels import LabelsError
     from pytest_orbench.judging.llm_judge import judge_model_spec
@@ -55,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
                 return fail(problem)
             if not args.judge_model:
                 return fail(f"--judge {args.judge} needs --judge-model MODEL (a litellm model string)")
+            problem = api_base_problem(args.judge_api_base)
+            if problem:
+                return fail(f"--judge-api-base {problem}")
             problem = store_problem(Path(args.store), "--store")
             if problem:
                 return fail(problem)

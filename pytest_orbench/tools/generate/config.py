@@ -94,7 +94,7 @@ ROLE_DEFAULTS = {"seed_model": (0.7, 2000), "rewriter": (0.7, 1000), "moderators
 def _model(entry: Any, role: str, shared: dict[str, Any]) -> ModelSpec:
     """A model entry (a litellm model string, or a mapping with its own api_base etc.) as a ModelSpec."""
     from pytest_orbench.calls.litellm_api import api_key_for
-    from pytest_orbench.core.endpoint import public_kwargs, secret_problem
+    from pytest_orbench.core.endpoint import api_base_problem, public_kwargs, secret_problem
 
     if isinstance(entry, str):
         entry = {"model": entry}
@@ -109,6 +109,9 @@ def _model(entry: Any, role: str, shared: dict[str, Any]) -> ModelSpec:
         raise GenerateError(problem)
     temperature, max_tokens = ROLE_DEFAULTS[role]
     api_base = entry.get("api_base", shared.get("api_base"))
+    problem = api_base_problem(api_base) if isinstance(api_base, str) else None
+    if problem:
+        raise GenerateError(f"{f'generate.{role}.api_base' if 'api_base' in entry else 'generate.api_base'} {problem}")
     key_env = entry.get("api_key_env", shared.get("api_key_env"))
     try:
         key = api_key_for(entry["model"], api_base, key_env, what=f"{role} model", key_flag="api_key_env (generate:)")

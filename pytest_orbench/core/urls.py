@@ -1,0 +1,103 @@
+"""Endpoint URLs, without pytest or litellm: checked before any call (api_base_problem), shown without
+credentials or query (redact_url), and the values in them that may be credentials (url_secrets), which the
+run scrubs wherever they turn up."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit, urlunsplit
+
+# The loopback interface by any of its names: one machine.
+LOOPBACK = r"localhost|127(?:\.\d{1,3}){3}|::1"
+
+
+def is_loopback(host: str | None) -> bool:
+    """A host name (no port) of this machine's loopback interface."""
+    return host is not None and re.fullmatch(LOOPBACK, host, re.IGNORECASE) is not None
+
+
+def redact_url(url: str | None) -> str | None:
+    """Drop credentials and query strings from an endpoint URL before it is stored or shown."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+# Query parameters that carry a credential: Azure's `api-key` and SAS `sig`, a gateway's `key=` / `token=`,
+# Azure Functions' `code=`. A URL is shown, stored and echoed by gateways' errors: a key never goes there.
+SECRET_QUERY = re.compile(r"key|token|secret|passw|pwd|auth|credential|session|cookie|jwt|bearer|^sig(?:nature)?$|"
+                          r"^code$|^pass$|^pw$", re.IGNORECASE)
+
+
+def _query_items(query: str) -> list[tuple[str, str | None]]:
+    """A query string's items as written (not decoded): (name, value), value None for a bare item."""
+    items: list[tuple[str, str | None]] = []
+    for item in re.split(r"[&;]", query):
+        name, eq, value = item.partition("=")
+        if item:
+            items.append((name, value if eq else None))
+    return items
+
+
+def api_base_problem(url: str | None) -> str | None:
+    """What keeps an api_base from being called as written, with the fix (None: nothing). Shown without
+    credentials or query: only the scheme and host are quoted (and a query parameter's name)."""
+    if not url:
+        return None
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "is not an http:// or https:// URL with a host: write it as http://HOST:PORT/v1"
+    shown = f"{parts.scheme}://{parts.hostname}"
+    if parts.username is not None or parts.password is not None:
+        # litellm cannot send credentials from the URL: every call failed locally ("Cannot combine AUTHORIZATION
+        # header with AUTH argument or credentials encoded in URL"), and the URL itself is a secret in plain sight.
+        return (f"({shown}) has credentials in it (user:password@): they cannot be sent from the URL, and a URL is "
+                "shown and stored; remove them, and pass the key through an environment variable (api_key_env: / "
+                "--orbench-api-key-env VAR) or as a header: litellm_kwargs: {extra_headers: {Authorization: "
+                "{env: VAR}}}")
+    secret = next((unquote_plus(name) for name, _ in _query_items(parts.query) if SECRET_QUERY.search(unquote_plus(name))),
+                  None)
+    if secret is not None:
+        # An endpoint's 404 often echoes the URL it was asked: the key would reach every report of the run.
+        name = re.sub(r"[^\w.-]", "?", secret)[:40]
+        return (f"({shown}) has a credential in its query string ({name}=...): a URL is shown and stored, and an "
+                "endpoint's error may echo it; remove it, and pass the key through an environment variable (api_key_env: "
+                "/ --orbench-api-key-env VAR) or as a header the endpoint reads: litellm_kwargs: {extra_headers: "
+                f"{{{name}: {{env: VAR}}}}}}")
+    from pytest_orbench.core.endpoint import SECRET_VALUES  # (endpoint imports this module)
+
+    if SECRET_VALUES.search(unquote(f"{parts.path}?{parts.query}")):
+        return (f"({shown}) has what looks like a key in its path or query (sk-..., a JWT, ...): a URL is shown and "
+                "stored; remove it, and pass the key through an environment variable (api_key_env: / "
+                "--orbench-api-key-env VAR) or as a header: litellm_kwargs: {extra_headers: {Authorization: {env: VAR}}}")
+    try:
+        port = parts.port
+    except ValueError:
+        return f"({shown}:...) has a port that is not a number from 0 to 65535"
+    if port is None and parts.netloc.endswith(":"):
+        return f"({shown}:) has ':' and no port after it, which would call port {443 if parts.scheme == 'https' else 80}: " \
+               "give the port, or leave the ':' out"
+    return None
+
+
+# A query value shorter than this is a parameter (json, true, 2), not a credential: it is not scrubbed from replies.
+QUERY_SECRET_MIN = 8
+
+
+def url_secrets(url: str | None) -> list[str]:
+    """The values of an endpoint URL that may be credentials, as written and decoded: each query value (a bare
+    item too), the fragment's, and the user:password. Scrubbed wherever they turn up (an error that echoes the URL)."""
+    if not url:
+        return []
+    parts = urlsplit(url)
+    items = _query_items(parts.query) + _query_items(parts.fragment)  # (a fragment is not sent: an error may quote it)
+    written = [value if value is not None else name for name, value in items]
+    written += [p for p in (parts.username, parts.password) if p]
+    # (an echo may quote the value as the URL has it, decoded, or encoded again)
+    found = [form for value in written for form in (value, unquote(value), unquote_plus(value),
+                                                    quote(unquote(value), safe=""), quote_plus(unquote_plus(value)))]
+    return [v for v in dict.fromkeys(found) if len(v) >= QUERY_SECRET_MIN]
