@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from pytest_orbench.core.store import response_key
 from pytest_orbench.core.urls import LOOPBACK as LOOPBACK
+from pytest_orbench.core.urls import SECRET_VALUES as SECRET_VALUES
 from pytest_orbench.core.urls import api_base_problem as api_base_problem
 from pytest_orbench.core.urls import is_loopback as is_loopback
 from pytest_orbench.core.urls import redact_url as redact_url
@@ -301,12 +302,8 @@ def calls_go_to(model: str | None, api_base: str | None, target: str | None = No
 # Credentials written into settings: header names that carry them, and values that look like them.
 SECRET_NAMES = re.compile(r"authori[sz]ation|api[-_]?key|token|secret|password|passwd|credential|cookie|^key$|-key$|"
                           r"_key$|^auth$|[-_]auth$|^auth[-_]", re.IGNORECASE)
-SECRET_VALUES = re.compile(
-    r"^(?:bearer|basic|token)\s+\S{8,}|\b(?:sk|rk|pk)[-_](?:live[-_]|test[-_]|proj[-_]|ant[-_])?[A-Za-z0-9_-]{16,}"
-    r"|\bgh[pousr]_[A-Za-z0-9]{20,}|\bgithub_pat_\w{20,}|\bxox[abposr]-[A-Za-z0-9-]{10,}|\bAKIA[0-9A-Z]{16}\b"
-    r"|\bAIza[0-9A-Za-z_-]{30,}|\bhf_[A-Za-z0-9]{20,}|\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}",
-    re.IGNORECASE,
-)
+
+
 def literal_secrets(value: Any, where: str) -> list[str]:
     """Paths of literal credentials in nested settings: secret-named keys with literal values, and
     values that look like keys wherever they are."""

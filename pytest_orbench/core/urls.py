@@ -11,6 +11,14 @@ from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit, url
 LOOPBACK = r"localhost|127(?:\.\d{1,3}){3}|::1"
 
 
+# What a key looks like, whatever names it: provider key prefixes, bearer tokens, JWTs.
+SECRET_VALUES = re.compile(
+    r"^(?:bearer|basic|token)\s+\S{8,}|\b(?:sk|rk|pk)[-_](?:live[-_]|test[-_]|proj[-_]|ant[-_])?[A-Za-z0-9_-]{16,}"
+    r"|\bgh[pousr]_[A-Za-z0-9]{20,}|\bgithub_pat_\w{20,}|\bxox[abposr]-[A-Za-z0-9-]{10,}|\bAKIA[0-9A-Z]{16}\b"
+    r"|\bAIza[0-9A-Za-z_-]{30,}|\bhf_[A-Za-z0-9]{20,}|\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}",
+    re.IGNORECASE,
+)
+
 def is_loopback(host: str | None) -> bool:
     """A host name (no port) of this machine's loopback interface."""
     return host is not None and re.fullmatch(LOOPBACK, host, re.IGNORECASE) is not None
@@ -68,8 +76,6 @@ def api_base_problem(url: str | None) -> str | None:
                 "endpoint's error may echo it; remove it, and pass the key through an environment variable (api_key_env: "
                 "/ --orbench-api-key-env VAR) or as a header the endpoint reads: litellm_kwargs: {extra_headers: "
                 f"{{{name}: {{env: VAR}}}}}}")
-    from pytest_orbench.core.endpoint import SECRET_VALUES  # (endpoint imports this module)
-
     if SECRET_VALUES.search(unquote(f"{parts.path}?{parts.query}")):
         return (f"({shown}) has what looks like a key in its path or query (sk-..., a JWT, ...): a URL is shown and "
                 "stored; remove it, and pass the key through an environment variable (api_key_env: / "
