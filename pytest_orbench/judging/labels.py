@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+from pytest_orbench.core.csv_cells import neutralise, restore
 from pytest_orbench.core.datasets.custom import csv_records, decode_utf8
 from pytest_orbench.core.datasets.prompts import DatasetError
 
@@ -112,10 +113,12 @@ def load_labels(path: Path, *, allow_unlabelled: bool = True) -> list[Label]:
         stratum = (row.get("stratum") or "").strip()
         if stratum and stratum not in STRATA:
             raise LabelsError(f"{where}: stratum {stratum!r} is not one of {', '.join(STRATA)}; restore it or empty it")
-        prompt, reply = row.get("prompt") or "", row.get(response) or ""  # type: ignore[arg-type]
+        # A cell a spreadsheet would run as a formula is written after a quote (core/csv_cells.py): the text
+        # itself is what the digest keys.
+        prompt, reply = restore(row.get("prompt") or ""), restore(row.get(response) or "")  # type: ignore[arg-type]
         if not reply.strip():
             raise LabelsError(f"{where} has an empty response: a label needs the reply it judges")
-        text = {column: str(row.get(column) or "").strip() for column in COLUMNS}
+        text = {column: restore(str(row.get(column) or "").strip()) for column in COLUMNS}
         item = Label(prompt, reply, label, id=text["id"], dataset=text["dataset"], model=text["model"], stratum=stratum,
                      stratum_share=share, labeler=text["labeler"], labeled_at=text["labeled_at"],
                      reply_sha256=reply_digest(prompt, reply), source=text["source"])
@@ -142,7 +145,7 @@ def dumps_labels(labels: list[Label]) -> str:
         row = {f.name: getattr(label, f.name) for f in fields(Label)}
         share = row["stratum_share"]
         row["stratum_share"] = "" if share is None else f"{share:.6g}"
-        writer.writerow([row[c] for c in COLUMNS])
+        writer.writerow([neutralise(str(row[c])) for c in COLUMNS])  # a spreadsheet runs no formula of a reply
     return out.getvalue()
 
 
