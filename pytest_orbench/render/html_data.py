@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_orbench.calls.scrubbing import hide, secrets_of
 from pytest_orbench.core.records import BaselineDocument, ResultsDocument
 
 if TYPE_CHECKING:
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
 FULL_ROWS = 10_000  # above this many prompts, unchanged ones carry no text (the page stays a few MB)
 EXCERPT = 300  # characters of this run's reply the results keep (run/verdicts.py)
+WHOLE_CHARS = 10_000_000  # whole replies a page holds at most (~10 MB): the rest show what the results keep
 _P = re.compile(r"P\(refusal\) ([0-9.]+)")
 
 
@@ -58,31 +60,45 @@ def _node_id(prompt: Mapping[str, Any]) -> str:
 
 
 class _Lookup:
-    """The whole replies of the changed prompts' keys, read from the store in one pass."""
+    """The whole replies of the changed prompts, read from the store a chunk at a time in the rows' order, up to
+    WHOLE_CHARS in all (a model that now refuses all of 80,000 prompts would make a page of hundreds of MB)."""
+
+    CHUNK = 500
 
     def __init__(self, replies: Replies, keys: list[str]) -> None:
         self.replies = replies
-        self.found: dict[str, dict[str, Any]] = {}
+        self.chunks = [keys[n:n + self.CHUNK] for n in range(0, len(keys), self.CHUNK)]
+        self.chunk_of = {key: n // self.CHUNK for n, key in enumerate(keys)}
+        self.loaded = -1
+        self.found: dict[str, dict[str, Any]] = {}  # the records of the chunk loaded
         self.failed: dict[str, str] = {}  # key: why reading it failed (a damaged record)
-        store = replies.store
-        if store is None or not keys:
-            return
+        self.left = WHOLE_CHARS
+        # Replies are scrubbed when fetched; values named like secrets are hidden again, as scrub(None, ...) does.
+        self.secrets = secrets_of(None)
+
+    def _record(self, key: str) -> dict[str, Any] | None:
+        chunk = self.chunk_of.get(key)
+        if chunk is not None and chunk != self.loaded and self.replies.store is not None:
+            self.found, self.loaded = self._read(self.replies.store, self.chunks[chunk]), chunk
+        return self.found.get(key)
+
+    def _read(self, store: Store, chunk: list[str]) -> dict[str, dict[str, Any]]:
         try:
-            self.found = store.get_many(keys)
+            return store.get_many(chunk)
         except Exception:  # noqa: BLE001 - a damaged page or record: each key alone, so only it is lost
-            for key in keys:
+            found = {}
+            for key in chunk:
                 try:
                     record = store.get(key)
                 except Exception as exc:  # noqa: BLE001 - said on that reply, not a crash of the page
                     self.failed[key] = f"{type(exc).__name__}: {exc}"[:300]
                     continue
                 if record is not None:
-                    self.found[key] = record
+                    found[key] = record
+            return found
 
     def side(self, key: str | None, excerpt: str | None, verdict: str | None, error: str | None) -> Side:
         """A side's reply: whole from the store, else its excerpt (None: a baseline file keeps none) and why."""
-        from pytest_orbench.calls.scrubbing import scrub
-
         shown = excerpt or ""
         short = 0 < len(shown) < EXCERPT  # an excerpt shorter than its limit is the whole reply
         if not key:
@@ -98,7 +114,13 @@ class _Lookup:
                                        "baseline written without them); write it again with "
                                        "--orbench-update-baseline to keep them")
             return Side(shown, False, _cut("its reply key is not recorded"))
-        record = self.found.get(key)
+        if self.left <= 0:
+            if short:
+                return Side(shown, True, "")
+            why = (f"the page holds {WHOLE_CHARS:,} characters of whole replies, spent on the prompts above "
+                   "(orbench label shows any)")
+            return Side(shown, False, f"not shown: {why}" if excerpt is None else _cut(why))
+        record = self._record(key)
         if record is None:
             if short:
                 return Side(shown, True, "")
@@ -118,7 +140,8 @@ class _Lookup:
             return Side(shown, short, "" if short else _cut("the store now holds a later reply under its key"))
         if not raw.strip():
             return Side(raw, False, "an empty reply")
-        text = scrub(None, raw)  # (replies are scrubbed when fetched; a value named like a secret, again)
+        text = hide(raw, self.secrets)
+        self.left -= len(text)
         if text != raw:
             return Side(text, False, "a secret's value is hidden (***), so the text is not the reply: not marked")
         return Side(text, True, "")

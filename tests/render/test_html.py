@@ -157,6 +157,33 @@ def test_an_unread_store_is_named_on_each_reply(tmp_path: Path, replies: Replies
     assert not rows[0]["mine"]["whole"]
 
 
+def test_whole_replies_stop_at_the_pages_budget_and_secrets_stay_hidden(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_orbench.render import html_data
+
+    monkeypatch.setattr(html_data, "WHOLE_CHARS", 1000)
+    monkeypatch.setenv("TEAM_API_KEY", "sk-team-0123456789")
+    results, reference, folder = _reviewed(tmp_path)
+    store = Store(folder)
+    try:
+        store.put("mine-1", {"text": "Leaked: sk-team-0123456789 " * 20})
+        rows = html_data.page_data(results, reference, Replies(store, folder))["rows"]  # type: ignore[arg-type]
+    finally:
+        store.close()
+    assert rows[0]["theirs"]["whole"] and rows[0]["mine"]["whole"]  # 1,120 characters: the budget is spent
+    assert rows[1]["mine"]["note"] == ("the first 300 characters, from the results: the page holds 1,000 characters of "
+                                       "whole replies, spent on the prompts above (orbench label shows any)")
+    monkeypatch.setattr(html_data, "WHOLE_CHARS", 10_000)
+    results["prompts"][1]["reply_excerpt"] = ("Leaked: sk-team-0123456789 " * 20)[:300]
+    store = Store(folder)
+    try:
+        rows = html_data.page_data(results, reference, Replies(store, folder))["rows"]  # type: ignore[arg-type]
+    finally:
+        store.close()
+    assert "sk-team" not in rows[1]["mine"]["reply"] and rows[1]["mine"]["reply"].startswith("Leaked: *** ")
+    assert not rows[1]["mine"]["whole"]  # not the reply judged: not marked
+
+
 def test_bidi_overrides_are_shown_and_formulas_are_neutralised_in_the_download(tmp_path: Path) -> None:
     results, reference, folder = _reviewed(tmp_path)
     page = tmp_path / "review.html"
