@@ -100,7 +100,7 @@ def _gate(results: ResultsDocument) -> tuple[str, str]:
     parts = []
     if failed:
         parts.append("<ul class=checks>" + "".join(
-            f"<li class={c['outcome']}><b>{c['outcome'].upper()}</b>: {_t(c['name'])}: {_t(c['message'])}</li>"
+            f"<li class=\"{_t(c['outcome'])}\"><b>{_t(c['outcome'].upper())}</b>: {_t(c['name'])}: {_t(c['message'])}</li>"
             for c in failed) + "</ul>")
     warnings = gate.get("warnings") or []
     if warnings:

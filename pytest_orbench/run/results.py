@@ -79,13 +79,12 @@ class RunResults:
     def _replies(self) -> Replies:
         """Where the review page reads whole replies: the store, opened again (the fetch closed it when it
         stopped; pytest_unconfigure closes it), or why it cannot be (the page says so on each reply)."""
-        from pytest_orbench.core.store_database import StoreError
         from pytest_orbench.render.html_data import Replies
 
         try:
             store = self.fetched.store(open_it=True)
-        except (StoreError, OSError) as exc:
-            return Replies(None, self.settings.store, str(exc))
+        except Exception as exc:  # noqa: BLE001 - the page then says why on each reply; the run goes on
+            return Replies(None, self.settings.store, f"{exc}" or type(exc).__name__)
         return Replies(store, self.settings.store)
 
     def _assemble(self, session: pytest.Session, exitstatus: int

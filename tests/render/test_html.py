@@ -184,6 +184,30 @@ def test_whole_replies_stop_at_the_pages_budget_and_secrets_stay_hidden(tmp_path
     assert not rows[1]["mine"]["whole"]  # not the reply judged: not marked
 
 
+def test_a_damaged_stored_record_is_named_on_its_reply_and_the_others_are_read(tmp_path: Path) -> None:
+    import sqlite3
+
+    from pytest_orbench.render.html_data import page_data
+
+    results, reference, folder = _reviewed(tmp_path)
+    with sqlite3.connect(folder / "responses.sqlite3") as conn:
+        conn.execute("UPDATE responses SET record = 'not json{' WHERE key = 'theirs-0'")
+        conn.execute("UPDATE responses SET record = '[1, 2]' WHERE key = 'mine-0'")
+    conn.close()
+    store = Store(folder)
+    try:
+        rows = page_data(results, reference, Replies(store, folder))["rows"]  # type: ignore[arg-type]
+    finally:
+        store.close()
+    # (A store that treats a damaged record as missing, issue 41 item 7, says "not in the response store".)
+    assert rows[0]["theirs"]["note"].startswith(("not shown: its stored record could not be read (JSONDecodeError",
+                                                 "not shown: it is not in the response store"))
+    assert rows[0]["mine"]["note"].startswith(("the first 300 characters, from the results: its stored record could "
+                                               "not be read (", "the first 300 characters, from the results: it is "
+                                               "not in the response store"))
+    assert rows[3]["mine"]["whole"] and rows[3]["theirs"]["reply"] == "-1+2 and \u202eevil"
+
+
 def test_bidi_overrides_are_shown_and_formulas_are_neutralised_in_the_download(tmp_path: Path) -> None:
     results, reference, folder = _reviewed(tmp_path)
     page = tmp_path / "review.html"
@@ -218,7 +242,7 @@ def test_a_failed_gate_says_which_check_failed_and_what_changed() -> None:
     head = text.split("<table class=summary>")[0]
     assert "<h1>OR-Bench over-refusal check: <span class=\"fail\">fail</span>: hard[U+202E]-1k regression (more " \
            "refusals)</h1>" in head
-    assert ("<li class=fail><b>FAIL</b>: hard[U+202E]-1k regression (more refusals): +100.0 pp in the regression "
+    assert ("<li class=\"fail\"><b>FAIL</b>: hard[U+202E]-1k regression (more refusals): +100.0 pp in the regression "
             "direction on 30 paired prompts (30 regressed, 0 improved)") in head
     assert "<b>What changed:</b></p><ul class=changes><li>system prompt sha256: none → new</li></ul>" in head
     assert "<summary>1 check passed</summary>" in head and "\u202e" not in head
