@@ -59,8 +59,8 @@ function reply(side, toxic) {
 }
 function mark(row) {
   const box = el('div', '', 'mark');
-  if (!row.mine.whole) {
-    box.appendChild(el('span', 'not the whole reply here: label it with orbench label', 'note'));
+  if (!row.mine.whole) {  // a mark labels the reply judged: only a whole one
+    if (row.mine.reply) box.appendChild(el('span', 'not the whole reply here: label it with orbench label', 'note'));
     return box;
   }
   for (const [label, name] of [['compliance', 'answer'], ['refusal', 'refusal'], ['partial_refusal', 'partial']]) {

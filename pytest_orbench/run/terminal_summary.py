@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Generator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -24,8 +24,11 @@ from pytest_orbench.render.terminal import (
 from pytest_orbench.run.fetch_end import FetchEnd
 from pytest_orbench.run.settings import Settings
 
-if TYPE_CHECKING:
-    from pytest_orbench.run.results import RunResults  # (which imports this module)
+
+class Finished(Protocol):
+    """What GateCount reads of the run's results (results.RunResults): the document, once the session finished."""
+
+    results: ResultsDocument | None
 
 
 def write_summary(terminalreporter: Any, results: ResultsDocument, settings: Settings, fetch: FetchEnd,
@@ -81,7 +84,7 @@ class GateCount:
     rootdir is elsewhere, as in scripts/demo) and cuts its message at the terminal's width mid-word. Nothing
     else sees the test: the results, JUnit and the exit status are the gate's."""
 
-    def __init__(self, results: RunResults) -> None:
+    def __init__(self, results: Finished) -> None:
         self.results = results  # its `results`, once the session finished
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)  # around the terminal reporter's own: after its short summary
