@@ -259,6 +259,18 @@ def test_a_pass_without_flips_says_no_prompt_flipped(tmp_path: Path) -> None:
     assert count == ["none of the 30 prompts"] and unchanged == 30
 
 
+def test_the_download_neutralises_the_cells_core_csv_cells_does() -> None:
+    import re
+
+    from pytest_orbench.core.csv_cells import FORMULA_STARTS, QUOTE
+    from pytest_orbench.render.html_script import SCRIPT
+
+    (chars,) = re.findall(r"/\^\[([^\]]+)\]/\.test\(s\)", SCRIPT)
+    escapes = {"\\t": "\t", "\\r": "\r", "\\n": "\n", "\\0": "\x00", "\\-": "-"}
+    assert set(re.findall(r"\\.|.", chars)) == {k for k, v in escapes.items() if v in FORMULA_STARTS} | \
+        (FORMULA_STARTS - set(escapes.values())) | {QUOTE}
+
+
 def test_hostile_replies_stay_inert(run_page: tuple[Path, dict[str, Any]]) -> None:
     page, _ = run_page
     seen = check_page(page, [
