@@ -1,4 +1,5 @@
-"""Untrusted text for Markdown: escaped so it cannot inject links, mentions, HTML or formatting."""
+"""Untrusted text for Markdown: escaped so it cannot inject links, mentions, HTML or formatting; our messages' own
+code spans kept as code (md_message)."""
 
 from __future__ import annotations
 
