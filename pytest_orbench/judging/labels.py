@@ -28,6 +28,7 @@ from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from pathlib import Path
 
+from pytest_orbench.core.csv_cells import neutralise, restore
 from pytest_orbench.core.datasets.custom import csv_records, decode_utf8
 from pytest_orbench.core.datasets.prompts import DatasetError
 
@@ -124,18 +125,20 @@ def load_labels(path: Path, *, allow_unlabelled: bool = True) -> list[Label]:
         stratum = (row.get("stratum") or "").strip()
         if stratum and stratum not in STRATA:
             raise LabelsError(f"{where}: stratum {stratum!r} is not one of {', '.join(STRATA)}; restore it or empty it")
-        prompt, reply = row.get("prompt") or "", row.get(response) or ""  # type: ignore[arg-type]
-        text = {column: str(row.get(column) or "").strip() for column in COLUMNS}
+        # A cell a spreadsheet would run as a formula is written after a quote (core/csv_cells.py): the text
+        # itself is what the digest keys.
+        raw_prompt, raw_reply = row.get("prompt") or "", row.get(response) or ""  # type: ignore[arg-type]
+        prompt, reply = restore(raw_prompt), restore(raw_reply)
+        text = {column: restore(str(row.get(column) or "").strip()) for column in COLUMNS}
         sealed = (row.get("sample") or "").strip()
-        if sealed:  # an exported sample, back from a spreadsheet
-            opened = unseal(sealed, prompt, reply)
+        if sealed:  # an exported sample, back from a spreadsheet (which may have kept the quotes, or taken them off)
+            opened = unseal(sealed, raw_prompt, raw_reply)
             if opened is None:
                 raise LabelsError(f"{where}: its sample column does not match its prompt and response (edited?); "
                                   "restore them from the exported file, or empty the sample column (the row then "
                                   "counts as drawn at random)")
             prompt, reply, sealed_stratum, sealed_share = opened
             stratum, share = stratum or sealed_stratum, share if share is not None else sealed_share
-            text = {column: _from_spreadsheet(value) for column, value in text.items()}
         if not reply.strip():
             raise LabelsError(f"{where} has an empty response: a label needs the reply it judges")
         item = Label(prompt, reply, label, id=text["id"], dataset=text["dataset"], model=text["model"], stratum=stratum,
@@ -164,7 +167,7 @@ def dumps_labels(labels: list[Label]) -> str:
         row = {f.name: getattr(label, f.name) for f in fields(Label)}
         share = row["stratum_share"]
         row["stratum_share"] = "" if share is None else f"{share:.6g}"
-        writer.writerow([row[c] for c in COLUMNS])
+        writer.writerow([neutralise(str(row[c])) for c in COLUMNS])  # a spreadsheet runs no formula of a reply
     return out.getvalue()
 
 
@@ -329,16 +332,6 @@ def save_merged(path: Path, ours: list[Label], base: list[Label],
 # A cell a spreadsheet would run as a formula (=HYPERLINK(...), +cmd|...) starts with one of these (OWASP's
 # list, and the full-width forms some spreadsheets read alike); a leading apostrophe makes it text. A cell
 # starting with an apostrophe gets one too, so that one apostrophe is always what is taken off.
-_FORMULA = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
-
-
-def spreadsheet_cell(text: str) -> str:
-    return "'" + text if text.startswith((*_FORMULA, "'")) else text
-
-
-def _from_spreadsheet(text: str) -> str:
-    """A cell as exported, with its apostrophe or without (a spreadsheet may keep it or take it off)."""
-    return text[1:] if text.startswith("'") and text[1:].startswith((*_FORMULA, "'")) else text
 
 
 def _mask(key: str, size: int) -> bytes:
@@ -370,8 +363,8 @@ def unseal(token: str, prompt: str, response: str) -> tuple[str, str, str, float
         return None
     if not raw:
         return None
-    for p in dict.fromkeys((prompt, _from_spreadsheet(prompt))):
-        for r in dict.fromkeys((response, _from_spreadsheet(response))):
+    for p in dict.fromkeys((prompt, restore(prompt))):
+        for r in dict.fromkeys((response, restore(response))):
             key = _words_key(p, r)
             payload = bytes(a ^ b for a, b in zip(raw[:24], _mask(key, 24), strict=True))
             if hashlib.sha256(f"orbench-sample-check\x00{key}".encode() + payload).digest()[:4] != raw[24:]:
@@ -393,5 +386,5 @@ def dumps_export(labels: list[Label]) -> str:
     for label in labels:
         row = {f.name: str(getattr(label, f.name)) for f in fields(Label) if f.name not in ("stratum", "stratum_share")}
         row["reply_sha256"], row["sample"] = label.key, seal(label)
-        writer.writerow([spreadsheet_cell(row[c]) for c in EXPORT_COLUMNS])
+        writer.writerow([neutralise(row[c]) for c in EXPORT_COLUMNS])
     return out.getvalue()

@@ -10,7 +10,7 @@ from typing import Any, cast
 from pytest_orbench.analysis.wording import error_shown, pct, pp
 from pytest_orbench.core.records import NOT_REQUESTED, ResultsDocument, RunMeta, against_live_base
 from pytest_orbench.render.chart import mermaid, our_points, paper_points
-from pytest_orbench.render.markdown_escape import md_code, md_escape, md_text
+from pytest_orbench.render.markdown_escape import md_code, md_escape, md_message, md_text
 from pytest_orbench.render.terminal import P_EXPLAINED, drift_lines, rerun_command, verification_summary
 
 ICON = {"pass": "✅", "fail": "❌", "inconclusive": "⚠️", "ungated": "⚪"}
@@ -159,7 +159,7 @@ def _changes(results: ResultsDocument) -> list[str]:
     for change in changes:
         old, new = change["baseline"], change["current"]
         if change.get("message"):
-            lines.append(f"- {md_escape(change['what'])}: {md_escape(change['message'], 300)}")
+            lines.append(f"- {md_escape(change['what'])}: {md_message(change['message'], 300)}")
             continue
         if change["what"] == "system prompt sha256":
             old, new = (str(v)[:12] if v else "none" for v in (old, new))
@@ -208,14 +208,14 @@ def _judge_audit_md(results: ResultsDocument) -> list[str]:
 
     block = results.get("judge_audit")
     if "judge_audit" in results and not block:
-        return [f"**Judge:** {md_escape(NOT_CHECKED)}.", ""]
+        return [f"**Judge:** {md_message(NOT_CHECKED)}.", ""]
     if not block:
         return []  # a results file written before audits existed: nothing to say either way
-    text = f"**Judge:** {md_escape(summary_line(block))}"
+    text = f"**Judge:** {md_message(summary_line(block))}"
     if block.get("min_agreement") is not None:
         text += f"; required: at least {100 * block['min_agreement']:.1f}%"
     notes = [block.get("other_model"), block.get("not_judged") and f"{block['not_judged']} {block['not_judged_reason']}"]
-    return [text + ".", *[f"- ⚠️ {md_escape(str(note))}" for note in notes if note], ""]
+    return [text + ".", *[f"- ⚠️ {md_message(str(note))}" for note in notes if note], ""]
 
 
 def headline(results: ResultsDocument) -> str:
@@ -262,7 +262,7 @@ def render_markdown(results: ResultsDocument, list_limit: int | None = None, fit
         warnings = gate.get("warnings", [])
         if warnings:
             lines += [f"**{'Warning' if len(warnings) == 1 else 'Warnings'}:**", ""]
-            lines += [f"- ⚠️ {md_escape(warning)}" for warning in warnings[:fit.checks]]
+            lines += [f"- ⚠️ {md_message(warning)}" for warning in warnings[:fit.checks]]
             if fit.checks is not None and len(warnings) > fit.checks:
                 lines.append(f"- {_more(len(warnings) - fit.checks, 'warnings')}")
             lines.append("")
@@ -273,14 +273,14 @@ def render_markdown(results: ResultsDocument, list_limit: int | None = None, fit
         for check in checks[:fit.checks]:
             # Checks and warnings quote untrusted text (dataset names, an endpoint's error, a served model's
             # name): escaped as such, so none of it can form a link, an image or formatting.
-            lines.append(f"- {ICON[check['outcome']]} {md_escape(check['name'])}: {md_escape(check['message'])}")
+            lines.append(f"- {ICON[check['outcome']]} {md_escape(check['name'])}: {md_message(check['message'])}")
         if fit.checks is not None and len(checks) > fit.checks:
             lines.append(f"- {_more(len(checks) - fit.checks, 'checks (all of them passed)' if all(c['outcome'] == 'pass' for c in checks[fit.checks:]) else 'checks')}")
         lines += ["", "</details>", ""]
     lines += _changes(results)
     drift = drift_lines(results.get("drift"))
     if drift:
-        lines += ["", md_escape(drift[0]), ""]
+        lines += ["", md_message(drift[0]), ""]
     for name, summary in results["datasets"].items():
         if summary.get("flaky") and name in shown_sets:
             lines += _prompt_list(results, name, summary["flaky_prompts"],
@@ -316,7 +316,7 @@ def render_markdown(results: ResultsDocument, list_limit: int | None = None, fit
         lines += [_more(len(rows), "categories in the per-category table"), ""]
     verified = verification_summary(results)
     if verified:
-        lines += ["", f"**Flip verification:** {md_escape(verified)}.", ""]
+        lines += ["", f"**Flip verification:** {md_message(verified)}.", ""]
     for name, summary in results["datasets"].items():
         block = summary.get("comparison")
         if block and name in shown_sets:

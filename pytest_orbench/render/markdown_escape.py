@@ -1,4 +1,5 @@
-"""Untrusted text for Markdown: escaped so it cannot inject links, mentions, HTML or formatting."""
+"""Untrusted text for Markdown: escaped so it cannot inject links, mentions, HTML or formatting; our messages' own
+code spans kept as code (md_message)."""
 
 from __future__ import annotations
 
@@ -38,14 +39,39 @@ def _unlink(text: str) -> str:
     return _ISSUE_REF.sub("#\u200b", text.replace("@", "@\u200b"))
 
 
-def md_escape(text: str, limit: int | None = None) -> str:
-    """Untrusted text (prompts, replies, file names) for Markdown: one line, no HTML, no Markdown, no
-    links, no mentions; invisible and bidi characters shown as [U+....]."""
+def _one_line(text: str, limit: int | None) -> str:
     text = " ".join(visible(text).split())
     if limit is not None and len(text) > limit:
         text = text[: limit - 1] + "…"
+    return text
+
+
+def _escaped(text: str) -> str:
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return _unlink(_MD_SPECIAL.sub(r"\\\1", text))
+
+
+def md_escape(text: str, limit: int | None = None) -> str:
+    """Untrusted text (prompts, replies, file names) for Markdown: one line, no HTML, no Markdown, no
+    links, no mentions; invisible and bidi characters shown as [U+....]."""
+    return _escaped(_one_line(text, limit))
+
+
+def md_message(text: str, limit: int | None = None) -> str:
+    """One of our messages (a check's reason, a warning, the judge audit) for Markdown: its `code spans`
+    (`orbench label`) as code, everything else escaped as md_escape does. A message may quote untrusted
+    text (a dataset name, an endpoint's error) with backticks of its own: a span they pair up is code,
+    which is as inert as escaped text (no HTML, link, mention or formatting forms inside a code span)."""
+    parts = _one_line(text, limit).split("`")
+    out = []
+    for n, part in enumerate(parts):
+        if n % 2 == 0:
+            out.append(_escaped(part))
+        elif n < len(parts) - 1:
+            out.append(md_code(part))
+        else:  # a backtick with no pair: shown as one
+            out.append("\\`" + _escaped(part))
+    return "".join(out)
 
 
 def md_code(text: str, limit: int | None = None) -> str:

@@ -10,16 +10,17 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # (run/options.py reads the table at every pytest start: nothing else is imported then)
     from pytest_orbench.core.records import BaselineDocument, ResultsDocument
-    from pytest_orbench.core.store import Store
+    from pytest_orbench.render.html_data import Replies
 
 
 @dataclass(frozen=True)
 class OutputContext:
-    """What some writers need beyond the results: the Markdown limit; the HTML page's reference, store and labels."""
+    """What some writers need beyond the results: the Markdown limit; the HTML page's reference, where it reads
+    whole replies (the run's store) and labels."""
 
     markdown_max_chars: int | None = None
     reference: BaselineDocument | None = None
-    store: Store | None = None
+    replies: Replies | None = None
     labels: bool = False
 
 
@@ -74,7 +75,7 @@ def _junit(path: Path, results: ResultsDocument, context: OutputContext) -> list
 def _html(path: Path, results: ResultsDocument, context: OutputContext) -> list[Path]:
     from pytest_orbench.render.html import render_html  # only runs that write one
 
-    return _write(path, render_html(results, context.reference, context.store, context.labels))
+    return _write(path, render_html(results, context.reference, context.replies, context.labels))
 
 
 # In the order they are written and listed ("wrote PATH"). Adding a format: an entry here and its module;
@@ -92,7 +93,7 @@ FORMAT = {f.key: f for f in FORMATS}
 
 def write_outputs(results: ResultsDocument, paths: Mapping[str, Path | None], *, markdown_max_chars: int | None = None,
                   failed: dict[Path, str] | None = None, reference: BaselineDocument | None = None,
-                  store: Store | None = None, labels: bool = False) -> list[Path]:
+                  replies: Replies | None = None, labels: bool = False) -> list[Path]:
     """Write the requested files (`paths`: a path per format key, None for none) atomically; return what was
     written. The Markdown report stays within `markdown_max_chars` (default: a GitHub comment's 65,536) by
     dropping list items, never Markdown. With `failed`, a file that cannot be written (a full disk) is
@@ -100,7 +101,7 @@ def write_outputs(results: ResultsDocument, paths: Mapping[str, Path | None], *,
     unknown = sorted(set(paths) - set(FORMAT))
     if unknown:
         raise ValueError(f"write_outputs: no output format {', '.join(unknown)}")
-    context = OutputContext(markdown_max_chars, reference, store, labels)
+    context = OutputContext(markdown_max_chars, reference, replies, labels)
     written: list[Path] = []
     for output in FORMATS:
         path = paths.get(output.key)

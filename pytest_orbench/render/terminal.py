@@ -215,6 +215,24 @@ def judge_audit_lines(results: ResultsDocument) -> list[str]:
     return lines
 
 
+def gate_reason(results: ResultsDocument, width: int | None = None) -> str:
+    """Why the gate did not pass, for pytest's short summary line ("FAILED orbench gate - <this>"): the checks
+    that did not pass, failed ones first, each named whole. Within `width` characters (None: no limit) as
+    many as fit, then how many more the "orbench gate" section above lists; the first is named even if
+    it alone is wider (a wrapped line, not a check's name cut mid-word)."""
+    gate = results["gate"]
+    checks = sorted((c for c in gate["checks"] if c["outcome"] != "pass"), key=lambda c: c["outcome"] != "fail")
+    names = [f"{c['outcome'].upper()}: {term_safe(c['name'], 200)}" for c in checks] or [gate["verdict"].upper()]
+    shown = names[0]
+    for n in range(1, len(names)):
+        longer = f"{shown}; {names[n]}"
+        rest = len(names) - n - 1
+        if width is not None and len(longer) + (len(f"; and {rest} more above") if rest else 0) > width:
+            return f"{shown}; and {len(names) - n} more above"
+        shown = longer
+    return shown
+
+
 def gate_lines(results: ResultsDocument, newly_limit: int = 20) -> list[str]:
     """The short verdict block: each failed check with numbers, then the newly refused prompts."""
     gate = results.get("gate")

@@ -29,6 +29,8 @@ from pytest_orbench.run.terminal_summary import nothing_ran, write_summary
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from pytest_orbench.render.html_data import Replies
+
 
 class RunResults:
     """Collects the records of the prompt tests and turns them into the run's results."""
@@ -71,8 +73,19 @@ class RunResults:
         assert self.results is not None
         write_outputs(self.results, s.outputs,
                       markdown_max_chars=s.markdown_max_chars, failed=self.unwritten, reference=reference,
-                      store=self.fetched.store() if s.outputs.get("html") else None, labels=s.judge_labels is not None)
+                      replies=self._replies() if s.outputs.get("html") else None, labels=s.judge_labels is not None)
         self._set_exit_status(session, records)
+
+    def _replies(self) -> Replies:
+        """Where the review page reads whole replies: the store, opened again (the fetch closed it when it
+        stopped; pytest_unconfigure closes it), or why it cannot be (the page says so on each reply)."""
+        from pytest_orbench.render.html_data import Replies
+
+        try:
+            store = self.fetched.store(open_it=True)
+        except Exception as exc:  # noqa: BLE001 - the page then says why on each reply; the run goes on
+            return Replies(None, self.settings.store, f"{exc}" or type(exc).__name__)
+        return Replies(store, self.settings.store)
 
     def _assemble(self, session: pytest.Session, exitstatus: int
                   ) -> tuple[list[PromptRecord], BaselineDocument | None]:

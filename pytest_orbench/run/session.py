@@ -35,7 +35,7 @@ from pytest_orbench.run.prompt_run import PromptRun
 from pytest_orbench.run.reply_judge import ReplyJudge
 from pytest_orbench.run.results import RunResults
 from pytest_orbench.run.settings import Settings
-from pytest_orbench.run.terminal_summary import ErrorDigest
+from pytest_orbench.run.terminal_summary import ErrorDigest, GateCount
 
 
 class OrbenchPlugin:
@@ -98,7 +98,10 @@ class OrbenchPlugin:
         if not self.is_worker:
             coordinator.on_wait = self.progress.waiting
             # The records come to the controller in the test reports.
-            config.pluginmanager.register(RunResults(self.facts, self.fetch, self.progress, handover), "orbench-results")
+            results = RunResults(self.facts, self.fetch, self.progress, handover)
+            config.pluginmanager.register(results, "orbench-results")
+            # (pluggy calls the later registered wrapper outside: the gate's line, then the errors not listed)
+            config.pluginmanager.register(GateCount(results), "orbench-gate-count")
             config.pluginmanager.register(ErrorDigest(), "orbench-error-digest")
             config.pluginmanager.register(ReportRelease(config), "orbench-report-release")
         self.fetch.at_configure(self.is_worker, self.selected)

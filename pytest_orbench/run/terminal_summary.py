@@ -1,10 +1,12 @@
-"""The run's summary in pytest's terminal: the results, the files written, the gate; prompt errors listed once."""
+"""The run's summary in pytest's terminal: the results, the files written, the gate (counted as a failed test when
+it does not pass); prompt errors listed once."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -14,13 +16,19 @@ from pytest_orbench.core.records import ResultsDocument
 from pytest_orbench.render.terminal import (
     drift_lines,
     gate_lines,
+    gate_reason,
     judge_audit_lines,
-    term_safe,
     terminal_lines,
     xfail_line,
 )
 from pytest_orbench.run.fetch_end import FetchEnd
 from pytest_orbench.run.settings import Settings
+
+
+class Finished(Protocol):
+    """What GateCount reads of the run's results (results.RunResults): the document, once the session finished."""
+
+    results: ResultsDocument | None
 
 
 def write_summary(terminalreporter: Any, results: ResultsDocument, settings: Settings, fetch: FetchEnd,
@@ -61,8 +69,6 @@ def write_summary(terminalreporter: Any, results: ResultsDocument, settings: Set
         for line in lines:
             terminalreporter.write_line(line, green=verdict == "pass", red=verdict in BLOCKING,
                                         yellow=verdict == "ungated", bold=line is lines[0])
-        if verdict in BLOCKING:
-            _count_the_gate(terminalreporter, results, verdict)
     if forgiven_errors:
         terminalreporter.write_line(
             f"{forgiven_errors} endpoint errors are within the error budget "
@@ -70,15 +76,46 @@ def write_summary(terminalreporter: Any, results: ResultsDocument, settings: Set
         )
 
 
-def _count_the_gate(terminalreporter: Any, results: ResultsDocument, verdict: str) -> None:
+class GateCount:
     """A failed or inconclusive gate as one failed test, "orbench gate": pytest's last line then counts it and
     is red (it was a green "1189 passed, 785 xfailed" above an exit status of 1), with -q, -qq and under xdist,
-    and the short summary names why. Nothing else sees it: the results, JUnit and the exit status are the gate's."""
-    why = "; ".join(f"{c['outcome'].upper()}: {c['name']}" for c in results["gate"]["checks"]
-                    if c["outcome"] != "pass") or verdict.upper()
-    report = pytest.TestReport(nodeid="orbench gate", location=("orbench", None, "orbench gate"), keywords={},
-                               outcome="failed", longrepr=term_safe(why, 300), when="call")
-    terminalreporter.stats.setdefault("failed", []).append(report)
+    and the short summary names the checks that did not pass. The line is ours, after pytest's own: pytest
+    writes a test's node id relative to the directory it was started in ("../../tmp/x/orbench gate" when the
+    rootdir is elsewhere, as in scripts/demo) and cuts its message at the terminal's width mid-word. Nothing
+    else sees the test: the results, JUnit and the exit status are the gate's."""
+
+    def __init__(self, results: Finished) -> None:
+        self.results = results  # its `results`, once the session finished
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)  # around the terminal reporter's own: after its short summary
+    def pytest_terminal_summary(self, terminalreporter: Any) -> Generator[None]:
+        try:
+            return (yield)
+        finally:
+            results = self.results.results
+            if results is not None and results["gate"]["verdict"] in BLOCKING:
+                self._count(terminalreporter, results)
+
+    def _count(self, terminalreporter: Any, results: ResultsDocument) -> None:
+        chars = getattr(terminalreporter, "reportchars", "fE")
+        if "f" in chars:
+            config = terminalreporter.config
+            tw = config.get_terminal_writer()
+            prefix = "FAILED orbench gate - "
+            # As pytest does: the whole message on CI and with -vv, else within the terminal's width.
+            whole = config.get_verbosity() >= 2 or any(os.environ.get(name) for name in ("CI", "BUILD_NUMBER"))
+            reason = gate_reason(results, None if whole else tw.fullwidth - len(prefix) - 1)
+            stats = terminalreporter.stats
+            if not any(stats.get(kind) for char, kind in (("f", "failed"), ("E", "error"), ("x", "xfailed"),
+                                                          ("X", "xpassed"), ("s", "skipped"), ("p", "passed"))
+                       if char in chars):
+                # (pytest wrote no short summary: nothing else in it)
+                terminalreporter.write_sep("=", "short test summary info", cyan=True, bold=True)
+            terminalreporter.write_line(f"{tw.markup('FAILED', red=True)} {tw.markup('orbench gate', bold=True)} - "
+                                        f"{reason}")
+        report = pytest.TestReport(nodeid="orbench gate", location=("orbench", None, "orbench gate"), keywords={},
+                                   outcome="failed", longrepr=gate_reason(results), when="call")
+        terminalreporter.stats.setdefault("failed", []).append(report)
 
 
 def nothing_ran(fetch: FetchEnd) -> str:

@@ -131,10 +131,16 @@ HOSTILE = Label("=HYPERLINK(\"http://evil\",\"click\")", "+cmd|' /C calc'!A0", "
                 model="=1+1", stratum="refusal", stratum_share=0.25)
 
 
-def test_the_labels_file_holds_a_formula_like_text_exactly() -> None:
-    # The file the judge reads: no apostrophe added, or the reply would not be the one stored.
+def test_the_labels_file_runs_no_formula_and_reads_back_exactly(tmp_path: Path) -> None:
+    # The file the judge reads is quoted reversibly: a spreadsheet shows text, and the reply read back is the one
+    # stored (its digest keys the label).
     text = labels_module.dumps_labels([HOSTILE])
-    assert "\n\"=HYPERLINK(" in text and ",+cmd|" in text
+    cells = [c for r in csv.reader(io.StringIO(text)) for c in r]
+    assert not [c for c in cells if c.startswith(("=", "+", "-", "@"))], cells
+    (tmp_path / "labels.csv").write_text(text, encoding="utf-8")
+    (back,) = load_labels(tmp_path / "labels.csv")
+    assert (back.prompt, back.response, back.id, back.dataset, back.model) == (
+        HOSTILE.prompt, HOSTILE.response, "-1", "@sum", "=1+1")
 
 
 def test_an_exported_cell_is_never_a_formula_and_reads_back_exactly(tmp_path: Path) -> None:

@@ -1,5 +1,7 @@
 """--orbench-html: a self-contained page, tested in headless Chromium (offline): it loads without console errors
-or network requests, its filters work, hostile replies stay inert, and 80,000 prompts stay usable."""
+or network requests, its filters work, both sides' whole replies come from the store (or a note says why not),
+hostile replies stay inert (bidi overrides shown, formulas neutralised in the download), the verdict says why,
+and 80,000 prompts stay usable."""
 
 from __future__ import annotations
 
@@ -10,7 +12,10 @@ from typing import Any
 
 import pytest
 
-from pytest_orbench.render.html import render_html
+from pytest_orbench.analysis.baseline import baseline_document
+from pytest_orbench.core.store import Store
+from pytest_orbench.judging.labels import load_labels, reply_digest
+from pytest_orbench.render.html import Replies, render_html
 from tests.action.test_action import many_categories
 from tests.browser import check_page
 from tests.conftest import REPO, load, mock_args
@@ -66,6 +71,204 @@ def test_the_page_loads_offline_and_its_filters_work(run_page: tuple[Path, dict[
     assert found == [hard["newly_refused_ids"][0]]
     text = page.read_text(encoding="utf-8")
     assert "http://" not in text.split("<script")[0].replace("http://www.w3.org/2000/svg", "")  # no resource fetched
+
+
+# Each row's compared side and this run's, as the page shows them: the reply's text, and the note beside it.
+SIDES = """[...document.querySelectorAll('#rows tr')].map((tr) => ({id: tr.dataset.id,
+  sides: [...tr.children].slice(4, 6).map((td) => ({reply: td.querySelector('pre')?.textContent ?? null,
+                                                   note: td.querySelector('.note')?.textContent ?? null}))}))"""
+
+
+def test_every_flip_shows_both_whole_replies_from_the_store(run_page: tuple[Path, dict[str, Any]],
+                                                            shared_store: Path) -> None:
+    page, results = run_page
+    baseline = {p["id"]: p for p in load(page.parent / "base.json")["prompts"]}
+    seen = check_page(page, [{"eval": SIDES}])
+    assert seen["errors"] == []
+    (rows,) = seen["results"]
+    by_id = {p["id"]: p for p in results["prompts"]}
+    store = Store(shared_store)
+    try:
+        texts = [[str(store.get(side["reply_key"])["text"]) for side in (baseline[row["id"]], by_id[row["id"]])]
+                 for row in rows]
+    finally:
+        store.close()
+    assert len(rows) >= 5
+    assert [row["sides"] for row in rows] == [[{"reply": text, "note": None} for text in pair] for pair in texts]
+    assert any(len(theirs) > 300 for theirs, _ in texts)  # whole, not the results' 300 characters
+
+
+def _reviewed(tmp_path: Path) -> tuple[dict[str, Any], dict[str, Any], Path]:
+    """Four newly refused prompts: both replies stored (long ones); no reply key in the baseline; neither reply
+    in the store; and replies with a bidi override and a formula."""
+    results = many_categories(4)
+    reference = baseline_document(many_categories(4, regressed=False))
+    long_mine, long_theirs = "I can't help with that. " * 20, "Sure: step one.\n" * 40
+    texts = {"mine-0": long_mine, "theirs-0": long_theirs, "mine-1": long_mine, "mine-3": "=HYPERLINK(\"http://x.example\", \"\u202egnp.exe\")",
+             "theirs-3": "-1+2 and \u202eevil"}
+    for n, (mine, theirs) in enumerate(zip(results["prompts"], reference["prompts"])):
+        mine["reply_key"], theirs["reply_key"] = f"mine-{n}", f"theirs-{n}"
+        mine["reply_excerpt"] = texts.get(f"mine-{n}", long_mine)[:300]
+    del reference["prompts"][1]["reply_key"]
+    results["prompts"][3]["category"] = "c\u202eevil"
+    store = Store(tmp_path / "store")
+    try:
+        for key, text in texts.items():
+            store.put(key, {"text": text})
+    finally:
+        store.close()
+    return results, reference, tmp_path / "store"
+
+
+def test_a_side_not_stored_says_which_and_why(tmp_path: Path) -> None:
+    results, reference, folder = _reviewed(tmp_path)
+    page = tmp_path / "review.html"
+    store = Store(folder)
+    try:
+        page.write_text(render_html(results, reference, Replies(store, folder), labels=True), encoding="utf-8")
+    finally:
+        store.close()
+    seen = check_page(page, [{"eval": SIDES}, {"rows": "#rows tr .mark button"}])
+    assert seen["errors"] == []
+    rows, buttons = seen["results"]
+    whole, unkeyed, missing, _ = (row["sides"] for row in rows)
+    assert whole == [{"reply": "Sure: step one.\n" * 40, "note": None}, {"reply": "I can't help with that. " * 20,
+                                                                          "note": None}]
+    assert unkeyed[0]["reply"] is None and unkeyed[0]["note"].startswith(
+        "not stored: the baseline file records no reply key for this prompt")
+    assert missing[0]["reply"] is None and missing[0]["note"].startswith(f"not shown: it is not in the response store {folder}")
+    assert missing[1]["reply"].endswith(" …") and missing[1]["note"].startswith(
+        "the first 300 characters, from the results: it is not in the response store")
+    assert buttons == 3 * 3  # marks on this run's whole replies only: rows 0, 1 and 3 (stored)
+
+
+@pytest.mark.parametrize(("replies", "note"), [
+    (Replies(), "the page was written without the response store"),
+    (Replies(None, Path("s"), "the response store s is damaged"), "the response store could not be read (the "
+                                                                   "response store s is damaged)"),
+])
+def test_an_unread_store_is_named_on_each_reply(tmp_path: Path, replies: Replies, note: str) -> None:
+    from pytest_orbench.render.html_data import page_data
+
+    results, reference, _ = _reviewed(tmp_path)
+    rows = page_data(results, reference, replies)["rows"]  # type: ignore[arg-type]
+    assert rows[0]["theirs"] == {**rows[0]["theirs"], "reply": "", "whole": False, "note": f"not shown: {note}"}
+    assert rows[0]["mine"]["note"] == f"the first 300 characters, from the results: {note}"
+    assert not rows[0]["mine"]["whole"]
+
+
+def test_whole_replies_stop_at_the_pages_budget_and_secrets_stay_hidden(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_orbench.render import html_data
+
+    monkeypatch.setattr(html_data, "WHOLE_CHARS", 1000)
+    monkeypatch.setenv("TEAM_API_KEY", "sk-team-0123456789")
+    results, reference, folder = _reviewed(tmp_path)
+    store = Store(folder)
+    try:
+        store.put("mine-1", {"text": "Leaked: sk-team-0123456789 " * 20})
+        rows = html_data.page_data(results, reference, Replies(store, folder))["rows"]  # type: ignore[arg-type]
+    finally:
+        store.close()
+    assert rows[0]["theirs"]["whole"] and rows[0]["mine"]["whole"]  # 1,120 characters: the budget is spent
+    assert rows[1]["mine"]["note"] == ("the first 300 characters, from the results: the page holds 1,000 characters of "
+                                       "whole replies, spent on the prompts above (orbench label shows any)")
+    monkeypatch.setattr(html_data, "WHOLE_CHARS", 10_000)
+    results["prompts"][1]["reply_excerpt"] = ("Leaked: sk-team-0123456789 " * 20)[:300]
+    store = Store(folder)
+    try:
+        rows = html_data.page_data(results, reference, Replies(store, folder))["rows"]  # type: ignore[arg-type]
+    finally:
+        store.close()
+    assert "sk-team" not in rows[1]["mine"]["reply"] and rows[1]["mine"]["reply"].startswith("Leaked: *** ")
+    assert not rows[1]["mine"]["whole"]  # not the reply judged: not marked
+
+
+def test_a_damaged_stored_record_is_named_on_its_reply_and_the_others_are_read(tmp_path: Path) -> None:
+    import sqlite3
+
+    from pytest_orbench.render.html_data import page_data
+
+    results, reference, folder = _reviewed(tmp_path)
+    with sqlite3.connect(folder / "responses.sqlite3") as conn:
+        conn.execute("UPDATE responses SET record = 'not json{' WHERE key = 'theirs-0'")
+        conn.execute("UPDATE responses SET record = '[1, 2]' WHERE key = 'mine-0'")
+    conn.close()
+    store = Store(folder)
+    try:
+        rows = page_data(results, reference, Replies(store, folder))["rows"]  # type: ignore[arg-type]
+    finally:
+        store.close()
+    # (A store that treats a damaged record as missing, issue 41 item 7, says "not in the response store".)
+    assert rows[0]["theirs"]["note"].startswith(("not shown: its stored record could not be read (JSONDecodeError",
+                                                 "not shown: it is not in the response store"))
+    assert rows[0]["mine"]["note"].startswith(("the first 300 characters, from the results: its stored record could "
+                                               "not be read (", "the first 300 characters, from the results: it is "
+                                               "not in the response store"))
+    assert rows[3]["mine"]["whole"] and rows[3]["theirs"]["reply"] == "-1+2 and \u202eevil"
+
+
+def test_bidi_overrides_are_shown_and_formulas_are_neutralised_in_the_download(tmp_path: Path) -> None:
+    results, reference, folder = _reviewed(tmp_path)
+    page = tmp_path / "review.html"
+    store = Store(folder)
+    try:
+        page.write_text(render_html(results, reference, Replies(store, folder), labels=True), encoding="utf-8")
+    finally:
+        store.close()
+    seen = check_page(page, [{"eval": SIDES}, {"text": "#rows tr:nth-child(4) td:nth-child(2)"},
+                             {"text": "#category option"}, {"click": "#rows tr:nth-child(4) .mark button:nth-child(2)"},
+                             {"click": "#rows tr:nth-child(1) .mark button:nth-child(2)"}, {"download": "#download"}])
+    assert seen["errors"] == []
+    rows, category, options, _, _, downloaded = seen["results"]
+    theirs, mine = rows[3]["sides"]
+    assert theirs["reply"] == "-1+2 and [U+202E]evil" and mine["reply"] == '=HYPERLINK("http://x.example", "[U+202E]gnp.exe")'
+    assert category == ["hard-1k / c[U+202E]evil"] and "c[U+202E]evil" in options
+    # The download holds the text itself, each cell that a spreadsheet would run as a formula behind a quote.
+    assert "'=HYPERLINK" in downloaded and '"=' not in downloaded
+    csv_file = tmp_path / "labels.csv"
+    csv_file.write_text(downloaded, encoding="utf-8")
+    labels = {label.id: label for label in load_labels(csv_file)}
+    formula = labels["hard-1k-0003"]
+    assert formula.response == '=HYPERLINK("http://x.example", "\u202egnp.exe")'
+    assert formula.key == reply_digest(results["prompts"][3]["prompt"], formula.response)  # the reply the run judged
+    assert labels["hard-1k-0000"].response == "I can't help with that. " * 20
+
+
+def test_a_failed_gate_says_which_check_failed_and_what_changed() -> None:
+    results = many_categories(30)
+    results["gate"]["checks"][1]["name"] = "hard\u202e-1k regression (more refusals)"
+    text = render_html(results)
+    head = text.split("<table class=summary>")[0]
+    assert "<h1>OR-Bench over-refusal check: <span class=\"fail\">fail</span>: hard[U+202E]-1k regression (more " \
+           "refusals)</h1>" in head
+    assert ("<li class=\"fail\"><b>FAIL</b>: hard[U+202E]-1k regression (more refusals): +100.0 pp in the regression "
+            "direction on 30 paired prompts (30 regressed, 0 improved)") in head
+    assert "<b>What changed:</b></p><ul class=changes><li>system prompt sha256: none → new</li></ul>" in head
+    assert "<summary>1 check passed</summary>" in head and "\u202e" not in head
+
+
+def test_a_pass_without_flips_says_no_prompt_flipped(tmp_path: Path) -> None:
+    page = tmp_path / "pass.html"
+    page.write_text(render_html(many_categories(30, regressed=False)), encoding="utf-8")
+    seen = check_page(page, [{"text": "#rows tr"}, {"text": "#count"}, {"select": ["#direction", "unchanged"]},
+                             {"rows": "#rows tr"}])
+    assert seen["errors"] == []
+    empty, count, _, unchanged = seen["results"]
+    assert empty == ["No prompt flipped: every compared prompt kept its verdict (show: unchanged lists them)."]
+    assert count == ["none of the 30 prompts"] and unchanged == 30
+
+
+def test_the_download_neutralises_the_cells_core_csv_cells_does() -> None:
+    import re
+
+    from pytest_orbench.core.csv_cells import FORMULA_STARTS, QUOTE
+    from pytest_orbench.render.html_script import SCRIPT
+
+    (chars,) = re.findall(r"/\^\[([^\]]+)\]/\.test\(s\)", SCRIPT)
+    escapes = {"\\t": "\t", "\\r": "\r", "\\n": "\n", "\\0": "\x00", "\\-": "-"}
+    assert set(re.findall(r"\\.|.", chars)) == {k for k, v in escapes.items() if v in FORMULA_STARTS} | \
+        (FORMULA_STARTS - set(escapes.values())) | {QUOTE}
 
 
 def test_hostile_replies_stay_inert(run_page: tuple[Path, dict[str, Any]]) -> None:

@@ -77,3 +77,38 @@ def test_a_passing_gate_stays_green(pytester: pytest.Pytester, mock: Any, common
     last = [line for line in result.stdout.lines if line.strip()][-1]
     assert last.startswith("\x1b[32m") and not re.search(r"\b\d+ failed", last), repr(last)
     assert "FAILED orbench gate" not in result.stdout.str()
+
+
+def test_the_failed_line_names_the_failed_checks_whole_and_no_path(
+        pytester: pytest.Pytester, mock: Any, shared_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Started outside the rootdir, as scripts/demo is (--rootdir a temp folder), in a narrow terminal.
+    common = ("--orbench-sample", "150", "--orbench-seed", "3", f"--orbench-baseline={pytester.path / 'base.json'}",
+              f"--orbench-store={shared_store}", f"--rootdir={pytester.path}")
+    assert pytester.runpytest(*mock_args(mock, *common, "--orbench-update-baseline")).ret == 0
+    for name in ("CI", "BUILD_NUMBER"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("COLUMNS", "60")  # pytest cut its line here: "FAIL: hard-1k regression (more r..."
+    monkeypatch.chdir(pytester.mkdir("elsewhere"))
+    result = pytester.runpytest(*mock_args(mock, *common, f"--orbench-system-prompt-file={CAREFUL}", "-p",
+                                           "no:xdist"))
+    assert result.ret == 1
+    (line,) = [line for line in result.stdout.lines if line.startswith("FAILED ")]
+    assert line.startswith("FAILED orbench gate - FAIL: hard-1k regression (more refusals)"), line
+    assert "..." not in line and "…" not in line and not line.endswith("(more")
+
+
+@pytest.mark.parametrize(("width", "line"), [
+    (None, "FAIL: hard-1k regression (more refusals); FAIL: toxic regression (fewer refusals); "
+           "INCONCLUSIVE: hard-1k error budget"),
+    (99, "FAIL: hard-1k regression (more refusals); FAIL: toxic regression (fewer refusals); and 1 more above"),
+    (98, "FAIL: hard-1k regression (more refusals); and 2 more above"),
+    (60, "FAIL: hard-1k regression (more refusals); and 2 more above"),
+    (10, "FAIL: hard-1k regression (more refusals); and 2 more above"),  # the first named whole, however narrow
+])
+def test_the_gate_reason_fits_whole_checks_in_the_width(width: int | None, line: str) -> None:
+    from pytest_orbench.render.terminal import gate_reason
+
+    checks = [{"name": "hard-1k error budget", "outcome": "inconclusive"}, {"name": "x", "outcome": "pass"},
+              {"name": "hard-1k regression (more refusals)", "outcome": "fail"},
+              {"name": "toxic regression (fewer refusals)", "outcome": "fail"}]
+    assert gate_reason({"gate": {"verdict": "fail", "checks": checks}}, width) == line  # type: ignore[typeddict-item]
