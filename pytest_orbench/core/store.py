@@ -9,7 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from pytest_orbench.core.store_database import damaged, put_records
@@ -28,10 +29,45 @@ def response_key(fields: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def _with_age(text: str, created: float) -> dict[str, Any]:
-    record: dict[str, Any] = json.loads(text)
+# The fields of a stored reply (calls.reply.Reply.record, plus what the fetch adds) and the JSON types each may
+# hold; "text" must be there. Readers take them as typed: a "text" of null was read as an empty reply (a refusal).
+_FIELDS: dict[str, tuple[type, ...]] = {
+    "text": (str,), "finish_reason": (str, type(None)), "model": (str, type(None)),
+    "system_fingerprint": (str, type(None)), "usage": (dict, type(None)), "cost": (int, float, type(None)),
+    "seconds": (int, float, type(None)), "attempts": (int, type(None)), "batch_id": (str, type(None)),
+}
+
+
+def record_problem(record: Any) -> str | None:
+    """Why a stored record is not a reply (or a judge's reply) as the store writes them, or None."""
+    if not isinstance(record, dict):
+        return f"JSON {type(record).__name__}, not an object"
+    if "text" not in record:
+        return "no text"
+    for name, kinds in _FIELDS.items():
+        value = record.get(name)
+        if name in record and (not isinstance(value, kinds) or isinstance(value, bool)):
+            return f"{name} is {json.dumps(value)[:40]}, not {' or '.join(dict.fromkeys(_JSON_NAMES[k] for k in kinds))}"
+    for name, value in (record.get("usage") or {}).items():
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            return f"usage.{name} is {json.dumps(value)[:40]}, not a whole number or null"
+    return None
+
+
+_JSON_NAMES = {str: "a string", int: "a number", float: "a number", dict: "an object", type(None): "null"}
+
+
+def _with_age(text: str, created: float) -> dict[str, Any] | str:
+    """The stored record with when it was stored, or why it is damaged (not JSON, or not a reply record)."""
+    try:
+        record = json.loads(text)
+    except (ValueError, RecursionError):
+        return "not JSON"
+    problem = record_problem(record)
+    if problem is not None:
+        return problem
     record["stored_at"] = round(created, 3)  # when it was paid for: results show how old replies are
-    return record
+    return record  # type: ignore[no-any-return]
 
 
 class StoredVerdict(NamedTuple):
@@ -42,7 +78,23 @@ class StoredVerdict(NamedTuple):
 
 
 class Store(RunBookkeeping):
-    """SQLite in WAL mode: each reply is committed as it arrives, so a killed run loses nothing paid for."""
+    """SQLite in WAL mode: each reply is committed as it arrives, so a killed run loses nothing paid for.
+
+    A record that cannot be read (not JSON, or JSON of another shape: a hand edit, another tool's row) is
+    damaged: every read treats it as missing, so it is asked again and overwritten, never judged;
+    `damaged_records` keeps what the reads met (key -> why), for the run to say once."""
+
+    def __init__(self, directory: Path, on_locked: Callable[[str], None] | None = None, check: bool = False,
+                 read_only: bool = False) -> None:
+        self.damaged_records: dict[str, str] = {}
+        super().__init__(directory, on_locked, check, read_only)
+
+    def _read(self, key: str, text: str, created: float) -> dict[str, Any] | None:
+        record = _with_age(text, created)
+        if isinstance(record, str):
+            self.damaged_records[key] = record
+            return None
+        return record
 
     # -- responses ---------------------------------------------------------------------------
     @damaged
@@ -51,7 +103,7 @@ class Store(RunBookkeeping):
         row = self._conn().execute("SELECT record, created FROM responses WHERE key = ?", (key,)).fetchone()
         if row is None or (max_age is not None and row[1] < time.time() - max_age):
             return None
-        return _with_age(row[0], row[1])
+        return self._read(key, row[0], row[1])
 
     @damaged
     def get_many(self, keys: Iterable[str], since: float | None = None) -> dict[str, dict[str, Any]]:
@@ -66,7 +118,9 @@ class Store(RunBookkeeping):
             for key, record, created in conn.execute(
                     f"SELECT key, record, created FROM responses WHERE key IN ({marks})", chunk):
                 if since is None or created >= since:
-                    found[key] = _with_age(record, created)
+                    read = self._read(key, record, created)
+                    if read is not None:
+                        found[key] = read
         return found
 
     @damaged

@@ -132,6 +132,7 @@ class Coordinator:
                   + (f" (from {processes} fetch processes)" if pending and processes else ""))
         judging = f", {len(plan.unjudged)} stored replies to judge" if plan.unjudged and not s.offline else ""
         aged = f" ({plan.stale} stored replies older than {_age(max_age)} are asked again)" if plan.stale else ""
+        aged += _damaged_note(plan.damaged, s.offline)
         replies = len(dict.fromkeys(r.key for r in requests))
         stored = replies - len(plan.misses)
         each = s.trials * (2 if s.base is not None else 1)
@@ -259,8 +260,9 @@ class Coordinator:
             return Outcome(record=record, judge=plan.judged.get(request.key),
                            judge_error=self._offline_judge_error(request, prompt_id, record))
         if self.settings.offline:
-            return Outcome(error=f"no stored reply for {prompt_id} and --orbench-offline is set; run once without it "
-                                 "to fetch")
+            why = plan.damaged.get(request.key)
+            stored = f"the stored reply for {prompt_id} is damaged ({why})" if why else f"no stored reply for {prompt_id}"
+            return Outcome(error=f"{stored} and --orbench-offline is set; run once without it to fetch")
         assert self.waiter is not None and self.store is not None
         outcome = self.waiter.result(request.key)
         if outcome.record is not None and outcome.judge_error is None and self.judge.llm is not None:
@@ -274,9 +276,11 @@ class Coordinator:
     def _offline_judge_error(self, request: Request, prompt_id: str, record: dict[str, Any]) -> str | None:
         if request.key in self.plan.judged or self.judge.llm is None:
             return None
-        if judge_key(self.judge, request.text, record) is None:
+        key = judge_key(self.judge, request.text, record)
+        if key is None:
             return None
-        return (f"no stored judgement for {prompt_id} from judge model {self.judge.llm.spec.model} "
+        damaged = f" (the stored one is damaged: {self.plan.damaged[key]})" if key in self.plan.damaged else ""
+        return (f"no stored judgement for {prompt_id} from judge model {self.judge.llm.spec.model}{damaged} "
                 "and --orbench-offline is set; run once without it to judge")
 
     def progress(self) -> str | None:
@@ -342,6 +346,16 @@ class Coordinator:
                     pass  # bookkeeping (a full disk): the next run older than a day deletes it
             self.store.close()
             self.store = None
+
+
+def _damaged_note(damaged: dict[str, str], offline: bool) -> str:
+    """The begin line's word on stored records that cannot be read: said once, with one example of why."""
+    if not damaged:
+        return ""
+    n, why = len(damaged), next(iter(damaged.values()))
+    fate = "cannot be used offline" if offline else "asked again"
+    return (f" ({n} stored record{'s are' if n != 1 else ' is'} damaged ({why}{f'; {n - 1} more' if n > 1 else ''}): "
+            f"{fate}, never judged)")
 
 
 def _age(seconds: float | None) -> str:
