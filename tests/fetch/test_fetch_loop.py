@@ -309,6 +309,54 @@ def test_an_endpoint_that_goes_away_mid_run_stops_the_calls(tmp_path: Path, fail
     assert set(errors) == {str(failure), gone} and errors.count(gone) >= 180
 
 
+@pytest.mark.parametrize("answered", [0, 10], ids=["down-from-the-start", "down-mid-run"])
+def test_an_outage_of_503s_stops_the_calls_early(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answered: int) -> None:
+    # Every attempt of every prompt a 503: each prompt was tried retries + 1 times (100 prompts: 500 requests).
+    monkeypatch.setattr("pytest_orbench.calls.client.backoff", lambda attempt, retry_after: 0.0)
+    failure = EndpointError("HTTP 503 from 127.0.0.1:9: The server had an error", retryable=True)
+
+    class Down(SlowCaller):
+        async def __call__(self, prompt: str) -> Reply:
+            self.prompts.append(prompt)
+            up = len(self.prompts) <= answered
+            await asyncio.sleep(0)
+            if not up:
+                raise failure
+            return Reply(prompt.upper(), "stop")
+
+    caller = Down()
+    jobs = [Job(f"k{i}", f"p{i}", i) for i in range(100)]
+    run_loop(Store(tmp_path), caller, jobs, concurrency=4, retries=4)
+    # 5 attempts each: the prompts that told, those in flight when they began (begun before the last reply, they
+    # do not count) and when they ended
+    assert len(caller.prompts) <= answered + (3 + 5 + 3) * 5
+    waiter = Waiter(Store(tmp_path), "r")
+    errors = [waiter.result(j.key).error for j in jobs[answered:]]
+    why = (f"it had answered {answered} prompts, then 5" if answered else "no prompt was answered: 5")
+    stopped = f"not requested: {failure} ({why} prompts in a row failed every attempt, so no more calls are made to it)"
+    assert set(errors) == {str(failure), stopped} and errors.count(stopped) >= 100 - answered - 11
+
+
+def test_503s_among_replies_are_retried_and_counted_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Not an outage: a quarter of the prompts fail every attempt, the others are answered between them.
+    monkeypatch.setattr("pytest_orbench.calls.client.backoff", lambda attempt, retry_after: 0.0)
+
+    class Some(SlowCaller):
+        async def __call__(self, prompt: str) -> Reply:
+            self.prompts.append(prompt)
+            await asyncio.sleep(0.001)
+            if int(prompt[1:]) % 4 == 0:
+                raise EndpointError("HTTP 503 from 127.0.0.1:9: busy", retryable=True)
+            return Reply(prompt.upper(), "stop")
+
+    caller = Some()
+    jobs = [Job(f"k{i}", f"p{i}", i) for i in range(100)]
+    run_loop(Store(tmp_path), caller, jobs, concurrency=4, retries=4)
+    assert len(caller.prompts) == 75 + 25 * 5
+    waiter = Waiter(Store(tmp_path), "r")
+    assert [waiter.result(j.key).error for j in jobs].count("HTTP 503 from 127.0.0.1:9: busy") == 25
+
+
 def test_a_crash_in_the_loop_turns_every_remaining_prompt_into_an_error(tmp_path: Path) -> None:
     class Broken(SlowCaller):
         async def __call__(self, prompt: str) -> Reply:
