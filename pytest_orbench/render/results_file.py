@@ -36,15 +36,19 @@ def prompts_that_matter(results: ResultsDocument) -> list[Any]:
 def write_results(path: Path, results: ResultsDocument) -> list[Path]:
     """The results JSON; above FULL_PROMPTS_MAX prompts, in two files: every prompt's record, one per line, in
     `<name>.prompts.jsonl` beside it (written first, streamed), and the JSON with the prompts that matter and
-    `prompts_file` naming the other (schema, records, SHA-256). `records.load_results` reads both forms."""
+    `prompts_file` naming the other (schema, records, SHA-256). `records.load_results` reads both forms. Up to
+    FULL_PROMPTS_MAX, a `<name>.prompts.jsonl` left beside it by an earlier run is removed."""
     import hashlib
     import json as json_module
 
     prompts = results["prompts"]
+    lines_path = path.parent / prompt_lines_name(path)
     if len(prompts) <= records.FULL_PROMPTS_MAX:  # (read when called, as the terminal summary reads it)
         write_json(path, results)
+        # An earlier large run's prompts file beside it would disagree with this one (a tool, a person, reading
+        # every record from it): the results are this one file now.
+        lines_path.unlink(missing_ok=True)
         return [path]
-    lines_path = path.parent / prompt_lines_name(path)
     digest = hashlib.sha256()
 
     def lines() -> Iterator[str]:
