@@ -111,12 +111,22 @@ class RunBookkeeping(Database):
                          (now, len(missing), f"{run}#{shard}"))
 
     @damaged
-    def other_runs(self, run: str, alive_within: float = 30.0) -> list[OtherRun]:
-        """Other runs fetching into this store now (unfinished, heartbeat within `alive_within` s): per run, its
-        pid, start and replies still to come."""
+    def announce_run(self, run: str, total: int) -> None:
+        """`run` will fetch `total` replies: other runs see it (other_runs) before its fetch process has started."""
+        self._conn().execute("INSERT OR REPLACE INTO announced (run, pid, started, total) VALUES (?, ?, ?, ?)",
+                             (run, os.getpid(), time.time(), total))
+
+    @damaged
+    def other_runs(self, run: str, alive_within: float = 30.0, announced_within: float = 120.0) -> list[OtherRun]:
+        """Other runs fetching into this store now (unfinished, heartbeat within `alive_within` s), or about to
+        (announced within `announced_within` s, their fetch process not started yet): per run, its pid, start
+        and replies still to come."""
+        now = time.time()
         rows = self._conn().execute(
             "SELECT run, MIN(pid), MIN(started), SUM(total - done) FROM runs WHERE run != ? AND finished = 0 AND "
-            "heartbeat >= ? GROUP BY run", (run, time.time() - alive_within)).fetchall()
+            "heartbeat >= ? GROUP BY run UNION ALL SELECT run, pid, started, total FROM announced WHERE run != ? AND "
+            "started >= ? AND run NOT IN (SELECT run FROM runs) ORDER BY 3",
+            (run, now - alive_within, run, now - announced_within)).fetchall()
         return [OtherRun(r[0], int(r[1]), float(r[2]), int(r[3] or 0)) for r in rows]
 
     @damaged
@@ -200,5 +210,6 @@ class RunBookkeeping(Database):
     @damaged
     def clear_run(self, run: str) -> None:
         conn = self._conn()
+        conn.execute("DELETE FROM announced WHERE run = ?", (run,))
         conn.execute("DELETE FROM outcomes WHERE run = ?", (run,))
         conn.execute("DELETE FROM runs WHERE run = ?", (run,))

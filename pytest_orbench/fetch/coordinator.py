@@ -118,6 +118,7 @@ class Coordinator:
         if not self.fetches:
             return None
         if pending:
+            self._announce(len(pending))
             self._fetch([Job(r.key, r.text, n, record=None, config=r.config) for n, r in enumerate(plan.misses)]
                         + [Job(r.key, r.text, len(plan.misses) + n, record=self._stored_reply(r.key), config=r.config)
                            for n, r in enumerate(plan.unjudged)])
@@ -145,6 +146,15 @@ class Coordinator:
             notes.append(f"{replies} distinct: {shared} shared a reply with an identical prompt")
         what = f"{prompts} prompts" + (f" ({'; '.join(notes)})" if notes else "")
         return f"orbench: {what}, {stored} stored, {action}{judging}{aged}{self._sharing(pending)}"
+
+    def _announce(self, total: int) -> None:
+        """Said in the store before the fetch process starts (it imports litellm first, seconds): a run begun
+        meanwhile on this store sees this one fetching (`_sharing`), as this one sees a run announced earlier."""
+        assert self.store is not None
+        try:
+            self.store.announce_run(self.run_id, total)
+        except (OSError, sqlite3.Error):
+            pass  # only the other runs' warning: the fetch meets the store's trouble and says it
 
     def _sharing(self, pending: list[Request]) -> str:
         """Another run fetching into this store now does not share its calls in flight with this one: said,

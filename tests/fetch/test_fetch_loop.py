@@ -716,3 +716,59 @@ def test_a_session_opens_the_store_once(pytester: pytest.Pytester, monkeypatch: 
     result = pytester.runpytest_inprocess(*args)
     assert result.parseoutcomes()["errors"] == 2  # offline, nothing stored: an error each, no call
     assert opened == [pytester.path / ".orbench"]
+
+
+class IdleChild:
+    """A fetch process that never gets as far as starting its run (litellm still importing)."""
+
+    pid = None
+
+    def spawn(self) -> None: ...
+    def start(self, work: object) -> None: ...
+    def watch(self, on_death: object) -> None: ...
+    def dismiss(self) -> None: ...
+    def stop(self, wait: float) -> None: ...
+    def dead(self) -> None: ...
+
+
+def test_a_run_begun_moments_after_another_on_one_store_says_the_other_is_fetching(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two runs 1.5 s apart: the first's fetch process was still importing litellm when the second looked, so its
+    # run was not in the store yet, and the second said nothing of it (both paid for every reply).
+    import os
+    from types import SimpleNamespace
+
+    from pytest_orbench.fetch.coordinator import Coordinator
+    from pytest_orbench.fetch.plan import Request
+    from pytest_orbench.judging.registry import make_judge
+
+    monkeypatch.setattr("pytest_orbench.fetch.child.FetchChild", IdleChild)
+    settings = SimpleNamespace(store=tmp_path, concurrency=4, offline=False, base=None, batch=None, target=None, trials=1,
+                               retries=0, store_max_age=None, max_cost=None, judge="keyword", judge_spec=None,
+                               model="openai/m", system_prompt=None, timeout=5.0,
+                               endpoint_spec=lambda: ModelSpec("openai/m"))
+    requests = [Request(f"k{i}", f"p{i}") for i in range(3)]
+    runs = [Coordinator(settings, make_judge("keyword"), f"run-{n}", fetches=True) for n in range(3)]  # type: ignore[arg-type]
+    assert "another run" not in (runs[0].begin(requests) or "")
+    said = runs[1].begin(requests) or ""
+    assert (f"; another run (pid {os.getpid()}, started 0 s ago) is fetching into this store now (3 replies to go): what "
+            "it has not stored yet is asked again here and paid twice; let it finish first to reuse its replies") in said
+    for run in runs[:2]:
+        run.stop()
+    assert "another run" not in (runs[2].begin(requests) or "")  # both stopped: neither is fetching any more
+    runs[2].stop()
+
+
+def test_an_announced_run_counts_until_its_fetch_starts_or_it_ends(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    store.announce_run("a", 10)
+    assert [(o.run, o.to_go) for o in store.other_runs("b")] == [("a", 10)] and store.other_runs("a") == []
+    store.start_run("a", 10)
+    store.heartbeat("a", 4, 0)
+    assert [(o.run, o.to_go) for o in store.other_runs("b")] == [("a", 6)]  # its fetch process says how far it got
+    store.clear_run("a")
+    assert store.other_runs("b") == []
+    store.announce_run("killed", 5)  # its pytest process died before its fetch process started: 2 minutes ago
+    store._conn().execute("UPDATE announced SET started = started - 121")
+    assert store.other_runs("b") == []
+    store.close()
