@@ -218,6 +218,10 @@ def test_a_live_base_is_asked_in_its_own_batch(pytester: pytest.Pytester, mock_f
 @pytest.mark.parametrize(("extra", "message"), [
     (("--orbench-offline",), "*--orbench-offline makes no calls and --orbench-batch submits them; pick one"),
     (("--orbench-batch-wait", "never"), "*--orbench-batch-wait 'never': give how long to wait*"),
+    # Once the store max age's words: "use a number with a unit (7d, 12h, 30m, 45s), 0 to always ask again, or never".
+    *(((f"--orbench-batch-wait={wait}",), f"*--orbench-batch-wait '{wait}': give how long to wait, a number above 0 with "
+                                        "a unit (24h, 2h, 30m, 90s); a run that stops waiting is resumed by the next one")
+      for wait in ("-5h", "5", "soon")),
     (("--orbench-batch-poll", "0"), "*batch_poll must be a positive number of seconds, got 0.0"),
     # Once "... is a anthropic model: write it as provider/model", which it already was.
     (("--orbench-model", "anthropic/claude-x"), "*model: --orbench-batch submits OpenAI-format batch files through "
