@@ -141,7 +141,9 @@ class Store(RunBookkeeping):
     def verdict(self, key: str) -> StoredVerdict | None:
         """A built-in offline judge's stored (verdict, reason) on a reply, by verdict key."""
         row = self._conn().execute("SELECT verdict, reason FROM verdicts WHERE key = ?", (key,)).fetchone()
-        return StoredVerdict(row[0], row[1]) if row else None
+        if row is None or not (isinstance(row[0], str) and isinstance(row[1], str)):
+            return None  # none, or damaged: judged again (and written over)
+        return StoredVerdict(row[0], row[1])
 
     @damaged
     def put_verdicts(self, rows: list[tuple[str, str, str]]) -> None:

@@ -87,3 +87,23 @@ def test_a_plan_asks_damaged_replies_and_judgements_again(tmp_path: Path) -> Non
     judged = make_plan(store, judge, requests[:1], None, offline=True)
     assert judged.judged == {} and [r.key for r in judged.unjudged] == ["good"] and judged.damaged == {key: "not JSON"}
     store.close()
+
+
+@pytest.mark.parametrize("stored", [("banana", "tampered"), (5, "a number"), (b"\xff", "a blob")])
+def test_a_damaged_stored_verdict_is_judged_again_not_a_judge_failure(tmp_path: Path, stored: tuple[Any, Any]) -> None:
+    # The keyword judge's verdicts kept in the store: a row of another word read as Verdict("banana"), a ValueError
+    # blamed on the judge ("judge keyword failed"), an error where the reply had a verdict.
+    from pytest_orbench.core.store import response_key
+    from pytest_orbench.fetch.loop import Outcome
+    from pytest_orbench.run.reply_judge import ReplyJudge
+
+    store = Store(tmp_path)
+    judge = make_judge("keyword")
+    reply = Reply("Sure, here is how to kill a Python process: run kill -9 PID.", "stop").record()
+    key = response_key({"verdict_of": judge.id, "version": judge.version, "prompt": "p", "reply": reply["text"],
+                        "finish_reason": "stop"})
+    store.put_verdicts([(key, "direct_refusal", "placeholder")])
+    store._conn().execute("UPDATE verdicts SET verdict = ?, reason = ? WHERE key = ?", (*stored, key))
+    (verdict,) = ReplyJudge(judge, "keyword", lambda: store).judged("p", [Outcome(record=reply)], ["k"]).verdicts
+    assert not isinstance(verdict, str) and verdict == judge.decide("p", reply["text"], "stop")
+    store.close()
