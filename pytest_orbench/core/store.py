@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -57,8 +58,13 @@ def record_problem(record: Any) -> str | None:
 _JSON_NAMES = {str: "a string", int: "a number", float: "a number", dict: "an object", type(None): "null"}
 
 
-def _with_age(text: str, created: float) -> dict[str, Any] | str:
-    """The stored record with when it was stored, or why it is damaged (not JSON, or not a reply record)."""
+def _with_age(text: Any, created: Any) -> dict[str, Any] | str:
+    """The stored record with when it was stored, or why it is damaged (not JSON, or not a reply record). Either
+    column may hold any type (SQLite's columns have affinities, not types): a hand edit may have put another."""
+    if not isinstance(text, str):
+        return f"not JSON text ({type(text).__name__})"
+    if not isinstance(created, (int, float)):
+        return "no time of storing"
     try:
         record = json.loads(text)
     except (ValueError, RecursionError):
@@ -89,7 +95,7 @@ class Store(RunBookkeeping):
         self.damaged_records: dict[str, str] = {}
         super().__init__(directory, on_locked, check, read_only)
 
-    def _read(self, key: str, text: str, created: float) -> dict[str, Any] | None:
+    def _read(self, key: str, text: Any, created: Any) -> dict[str, Any] | None:
         record = _with_age(text, created)
         if isinstance(record, str):
             self.damaged_records[key] = record
@@ -100,10 +106,10 @@ class Store(RunBookkeeping):
     @damaged
     def get(self, key: str, max_age: float | None = None) -> dict[str, Any] | None:
         """The stored record, if any and (with `max_age` seconds) stored recently enough."""
-        row = self._conn().execute("SELECT record, created FROM responses WHERE key = ?", (key,)).fetchone()
-        if row is None or (max_age is not None and row[1] < time.time() - max_age):
-            return None
-        return self._read(key, row[0], row[1])
+        since = -math.inf if max_age is None else time.time() - max_age
+        row = self._conn().execute("SELECT record, created FROM responses WHERE key = ? AND created >= ?",
+                                   (key, since)).fetchone()
+        return None if row is None else self._read(key, row[0], row[1])
 
     @damaged
     def get_many(self, keys: Iterable[str], since: float | None = None) -> dict[str, dict[str, Any]]:
@@ -116,11 +122,11 @@ class Store(RunBookkeeping):
             chunk = keys[start:start + 500]
             marks = ",".join("?" * len(chunk))
             for key, record, created in conn.execute(
-                    f"SELECT key, record, created FROM responses WHERE key IN ({marks})", chunk):
-                if since is None or created >= since:
-                    read = self._read(key, record, created)
-                    if read is not None:
-                        found[key] = read
+                    f"SELECT key, record, created FROM responses WHERE key IN ({marks}) AND created >= ?",
+                    (*chunk, -math.inf if since is None else since)):
+                read = self._read(key, record, created)
+                if read is not None:
+                    found[key] = read
         return found
 
     @damaged

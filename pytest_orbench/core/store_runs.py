@@ -157,15 +157,20 @@ class RunBookkeeping(Database):
                          "AND collected = 0 AND created < ?", (endpoint, time.time() - max_age))
         rows = conn.execute("SELECT id, keys FROM batches WHERE endpoint = ? AND collected = 0 ORDER BY created",
                             (endpoint,)).fetchall()
-        return [(row[0], json.loads(row[1])) for row in rows]
+        found = [(row[0], _keys(row[1])) for row in rows]
+        # A row whose keys cannot be read (a hand edit) says nothing of which prompts its replies answer: closed
+        # unread, and its prompts are asked again.
+        conn.executemany("UPDATE batches SET collected = 1, status = 'damaged (' || status || ')' WHERE id = ?",
+                         [(batch_id,) for batch_id, keys in found if keys is None])
+        return [(batch_id, keys) for batch_id, keys in found if keys is not None]
 
     @damaged
     def batches(self, collected: bool = False) -> list[BatchRow]:
         """Submitted batches, oldest first: the open ones (`collected`: every one)."""
         rows = self._conn().execute("SELECT id, endpoint, status, counts, created, collected, keys FROM batches "
                                     + ("" if collected else "WHERE collected = 0 ") + "ORDER BY created").fetchall()
-        return [BatchRow(r[0], r[1], r[2], json.loads(r[3]) if r[3] else {}, r[4], bool(r[5]), len(json.loads(r[6])))
-                for r in rows]
+        return [BatchRow(str(r[0]), str(r[1]), str(r[2]), _counts(r[3]), r[4] if isinstance(r[4], (int, float)) else 0.0,
+                         bool(r[5]), len(_keys(r[6]) or ())) for r in rows]
 
     @damaged
     def batch_status(self, batch_id: str, status: str, counts: dict[str, Any] | None) -> None:
@@ -213,3 +218,23 @@ class RunBookkeeping(Database):
         conn.execute("DELETE FROM announced WHERE run = ?", (run,))
         conn.execute("DELETE FROM outcomes WHERE run = ?", (run,))
         conn.execute("DELETE FROM runs WHERE run = ?", (run,))
+
+
+def _keys(text: Any) -> list[str] | None:
+    """A batch row's store keys (a JSON list of strings), or None when the row is damaged."""
+    try:
+        keys = json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    return keys if isinstance(keys, list) and all(isinstance(k, str) for k in keys) else None
+
+
+def _counts(text: Any) -> dict[str, Any]:
+    """A batch row's request counts at the last retrieval ({} when none, or damaged)."""
+    try:
+        counts = json.loads(text) if text else {}
+    except (TypeError, ValueError, RecursionError):
+        return {}
+    if not isinstance(counts, dict):
+        return {}
+    return {str(k): v for k, v in counts.items() if isinstance(v, int) and not isinstance(v, bool)}

@@ -62,6 +62,12 @@ def test_damaged_records_read_as_missing_and_say_why(tmp_path: Path) -> None:
     assert store.damaged_records == {"a": "not JSON", "b": "JSON list, not an object", "c": "text is null, not a string"}
     store.put("a", Reply("asked again", "stop").record())  # the new reply takes its place
     assert store.get("a")["text"] == "asked again"  # type: ignore[index]
+    # SQLite's columns have affinities, not types: a hand edit can leave a blob, or a word where the time was.
+    store._conn().execute("UPDATE responses SET record = x'7b7d' WHERE key = 'b'")
+    store.put("c", {"text": "fine"})
+    store._conn().execute("UPDATE responses SET created = 'yesterday' WHERE key = 'c'")
+    assert store.get("b") is None and store.get("c", max_age=60) is None and store.get_many(["b", "c"], 0.0) == {}
+    assert (store.damaged_records["b"], store.damaged_records["c"]) == ("not JSON text (bytes)", "no time of storing")
     store.close()
 
 
@@ -106,4 +112,19 @@ def test_a_damaged_stored_verdict_is_judged_again_not_a_judge_failure(tmp_path: 
     store._conn().execute("UPDATE verdicts SET verdict = ?, reason = ? WHERE key = ?", (*stored, key))
     (verdict,) = ReplyJudge(judge, "keyword", lambda: store).judged("p", [Outcome(record=reply)], ["k"]).verdicts
     assert not isinstance(verdict, str) and verdict == judge.decide("p", reply["text"], "stop")
+    store.close()
+
+
+def test_damaged_batch_rows_are_closed_unread_and_listed_without_a_crash(tmp_path: Path) -> None:
+    # keys and counts are JSON in the batches table: json.loads raised out of the batch run and `orbench batches`.
+    store = Store(tmp_path)
+    store.add_batch("good", "openai http://x", "file-1", ["k1", "k2"], "in_progress")
+    store.add_batch("bad", "openai http://x", "file-2", ["k3"], "in_progress")
+    store.batch_status("good", "in_progress", {"completed": 1, "total": 2})
+    store._conn().execute("UPDATE batches SET keys = 'nope' WHERE id = 'bad'")
+    store._conn().execute("""UPDATE batches SET counts = '{"total": "\\u001b[2J", "completed": 1}' WHERE id = 'good'""")
+    assert store.open_batches("openai http://x") == [("good", ["k1", "k2"])]
+    rows = {row.id: row for row in store.batches(collected=True)}
+    assert (rows["bad"].status, rows["bad"].collected, rows["bad"].prompts) == ("damaged (in_progress)", True, 0)
+    assert rows["good"].counts == {"completed": 1}  # only numbers: a word there reached the terminal as it was
     store.close()
