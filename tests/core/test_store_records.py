@@ -15,20 +15,23 @@ from pytest_orbench.core.store_database import STORE_FILE
 from pytest_orbench.fetch.plan import Request, make_plan
 from pytest_orbench.judging.registry import make_judge
 
-# One of each way a record can be damaged in place, the database itself intact (its pages pass quick_check).
-DAMAGES = ("not json{", "[1, 2]", '{"text": null, "finish_reason": "stop"}')
+# Each way a record can be damaged in place, the database itself intact (its pages pass quick_check). TEXT_NULL
+# was read as an empty reply, a refusal: on the replies a regression newly answered, it hid the regression (PASS).
+NOT_JSON, NOT_AN_OBJECT, TEXT_NULL = "not json{", "[1, 2]", '{"text": null, "finish_reason": "stop"}'
+DAMAGES = (NOT_JSON, NOT_AN_OBJECT, TEXT_NULL)
 
 
-def damage_records(store: Path, keys: list[str] | None = None, every: int = 1) -> list[str]:
-    """Overwrites stored records in place with DAMAGES, in turn: those of `keys`, or every `every`-th record in key
-    order (the store folder, e.g. `.orbench`). Returns the keys damaged. The run's next read of one finds it
-    damaged: it is asked again (offline: an error), never judged."""
+def damage_records(store: Path, keys: list[str] | None = None, every: int = 1,
+                   damages: tuple[str, ...] = DAMAGES) -> list[str]:
+    """Overwrites stored records in place with `damages`, in turn: those of `keys` (a results file's `reply_key`s,
+    say), or every `every`-th record in key order, in the store folder `store` (e.g. `.orbench`). Returns the keys
+    damaged. The run's next read of one finds it damaged: it is asked again (offline: an error), never judged."""
     conn = sqlite3.connect(store / STORE_FILE)
     try:
         chosen = keys if keys is not None else [k for (k,) in conn.execute("SELECT key FROM responses ORDER BY key")][::every]
         with conn:
             for n, key in enumerate(chosen):
-                conn.execute("UPDATE responses SET record = ? WHERE key = ?", (DAMAGES[n % len(DAMAGES)], key))
+                conn.execute("UPDATE responses SET record = ? WHERE key = ?", (damages[n % len(damages)], key))
     finally:
         conn.close()
     return chosen
