@@ -117,6 +117,7 @@ class Coordinator:
         self.waiter = Waiter(self.store, self.run_id, dead=self._dead if self.fetches else None, on_wait=self._waiting)
         if not self.fetches:
             return None
+        self.jobs = len(pending)  # before the fetch starts: a start that fails still leaves `stop` its clean-up
         if pending:
             self._announce(len(pending))
             self._fetch([Job(r.key, r.text, n, record=None, config=r.config) for n, r in enumerate(plan.misses)]
@@ -124,7 +125,6 @@ class Coordinator:
                            for n, r in enumerate(plan.unjudged)])
         elif self.child is not None:
             self.child.dismiss()
-        self.jobs = len(pending)
         processes = self.shards if self.shards > 1 else 0
         pace = (f"through provider batches (polled every {s.batch.poll:g} s, waiting up to {_age(s.batch.wait)})"
                 if s.batch is not None else f"{s.concurrency} at a time")

@@ -46,8 +46,9 @@ def write_results(path: Path, results: ResultsDocument) -> list[Path]:
     if len(prompts) <= records.FULL_PROMPTS_MAX:  # (read when called, as the terminal summary reads it)
         write_json(path, results)
         # An earlier large run's prompts file beside it would disagree with this one (a tool, a person, reading
-        # every record from it): the results are this one file now.
-        lines_path.unlink(missing_ok=True)
+        # every record from it): the results are this one file now. A file of that name that is not one is kept.
+        if _prompt_lines(lines_path):
+            lines_path.unlink()
         return [path]
     digest = hashlib.sha256()
 
@@ -66,3 +67,15 @@ def write_results(path: Path, results: ResultsDocument) -> list[Path]:
                 "record is in the file named by path, one JSON object per line"}}
     write_json(path, document)
     return [lines_path, path]
+
+
+def _prompt_lines(path: Path) -> bool:
+    """Whether `path` is a prompts file a large run wrote (its first line a prompt's record)."""
+    import json as json_module
+
+    try:
+        with path.open("rb") as fh:
+            first = json_module.loads(fh.readline(1 << 20))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(first, dict) and {"id", "verdict", "dataset"} <= first.keys()

@@ -65,6 +65,9 @@ def test_a_smaller_run_leaves_no_prompts_file_of_an_earlier_large_one(tmp_path: 
     assert write_outputs(small, {"json": tmp_path / "r.json"}) == [tmp_path / "r.json"]  # type: ignore[arg-type]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
     assert load_results(tmp_path / "r.json")["prompts"] == small["prompts"]
+    (tmp_path / "r.prompts.jsonl").write_text('{"note": "mine"}\n', encoding="utf-8")  # not a prompts file: kept
+    write_outputs(small, {"json": tmp_path / "r.json"})  # type: ignore[arg-type]
+    assert (tmp_path / "r.prompts.jsonl").read_text(encoding="utf-8") == '{"note": "mine"}\n'
 
 
 def test_the_two_files_of_one_run_must_stay_together(tmp_path: Path) -> None:
