@@ -51,7 +51,7 @@ def record_problem(record: Any) -> str | None:
             return f"{name} is {json.dumps(value)[:40]}, not {' or '.join(dict.fromkeys(_JSON_NAMES[k] for k in kinds))}"
     for name, value in (record.get("usage") or {}).items():
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-            return f"usage.{name} is {json.dumps(value)[:40]}, not a whole number or null"
+            return f"usage.{json.dumps(name)[1:-1][:40]} is {json.dumps(value)[:40]}, not a whole number or null"
     return None
 
 

@@ -50,6 +50,8 @@ def damage_records(store: Path, keys: list[str] | None = None, every: int = 1,
     ({"text": "x", "attempts": True}, "attempts is true, not a number or null"),
     ({"text": "x", "usage": []}, "usage is [], not an object or null"),
     ({"text": "x", "usage": {"prompt_tokens": "7"}}, 'usage.prompt_tokens is "7", not a whole number or null'),
+    # What it quotes is JSON: control characters escaped, inert in a terminal
+    ({"text": "x", "usage": {"\x1b[2J": "\x1b]0;x\x07"}}, 'usage.\\u001b[2J is "\\u001b]0;x\\u0007", not a whole number or null'),
 ])
 def test_a_record_of_another_shape_is_damaged(record: Any, problem: str | None) -> None:
     assert record_problem(record) == problem
