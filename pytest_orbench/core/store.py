@@ -48,11 +48,19 @@ def record_problem(record: Any) -> str | None:
     for name, kinds in _FIELDS.items():
         value = record.get(name)
         if name in record and (not isinstance(value, kinds) or isinstance(value, bool)):
-            return f"{name} is {json.dumps(value)[:40]}, not {' or '.join(dict.fromkeys(_JSON_NAMES[k] for k in kinds))}"
+            return f"{name} is {_quoted(value)}, not {' or '.join(dict.fromkeys(_JSON_NAMES[k] for k in kinds))}"
     for name, value in (record.get("usage") or {}).items():
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-            return f"usage.{json.dumps(name)[1:-1][:40]} is {json.dumps(value)[:40]}, not a whole number or null"
+            return f"usage.{_quoted(name)[1:-1]} is {_quoted(value)}, not a whole number or null"
     return None
+
+
+def _quoted(value: Any) -> str:
+    """A value as JSON, cut short: control characters escaped, inert wherever the reason is shown."""
+    try:
+        return json.dumps(value)[:40]
+    except (ValueError, RecursionError):  # nested too deep to write back
+        return type(value).__name__
 
 
 _JSON_NAMES = {str: "a string", int: "a number", float: "a number", dict: "an object", type(None): "null"}
