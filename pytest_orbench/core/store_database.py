@@ -57,6 +57,12 @@ CREATE TABLE IF NOT EXISTS batches (  -- provider batches submitted (--orbench-b
     created REAL NOT NULL,
     collected INTEGER NOT NULL DEFAULT 0  -- 1: its replies are in responses, its failures were handed on
 );
+CREATE TABLE IF NOT EXISTS announced (  -- a run about to fetch, before its fetch process starts (litellm's import)
+    run TEXT PRIMARY KEY,
+    pid INTEGER NOT NULL,         -- the pytest process that will start it
+    started REAL NOT NULL,
+    total INTEGER NOT NULL        -- replies it will ask for
+);
 CREATE TABLE IF NOT EXISTS verdicts (  -- an offline judge's verdict on a stored reply (key: judge id, version, reply)
     key TEXT PRIMARY KEY,
     verdict TEXT NOT NULL,
@@ -266,6 +272,7 @@ class Database:
         old = time.time() - 86400
         conn.execute("DELETE FROM outcomes WHERE run IN (SELECT run FROM runs WHERE heartbeat < ?)", (old,))
         conn.execute("DELETE FROM runs WHERE heartbeat < ?", (old,))
+        conn.execute("DELETE FROM announced WHERE started < ?", (old,))
 
     @staticmethod
     def _migrate(conn: sqlite3.Connection, directory: Path) -> None:

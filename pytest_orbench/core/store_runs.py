@@ -111,12 +111,22 @@ class RunBookkeeping(Database):
                          (now, len(missing), f"{run}#{shard}"))
 
     @damaged
-    def other_runs(self, run: str, alive_within: float = 30.0) -> list[OtherRun]:
-        """Other runs fetching into this store now (unfinished, heartbeat within `alive_within` s): per run, its
-        pid, start and replies still to come."""
+    def announce_run(self, run: str, total: int) -> None:
+        """`run` will fetch `total` replies: other runs see it (other_runs) before its fetch process has started."""
+        self._conn().execute("INSERT OR REPLACE INTO announced (run, pid, started, total) VALUES (?, ?, ?, ?)",
+                             (run, os.getpid(), time.time(), total))
+
+    @damaged
+    def other_runs(self, run: str, alive_within: float = 30.0, announced_within: float = 120.0) -> list[OtherRun]:
+        """Other runs fetching into this store now (unfinished, heartbeat within `alive_within` s), or about to
+        (announced within `announced_within` s, their fetch process not started yet): per run, its pid, start
+        and replies still to come."""
+        now = time.time()
         rows = self._conn().execute(
             "SELECT run, MIN(pid), MIN(started), SUM(total - done) FROM runs WHERE run != ? AND finished = 0 AND "
-            "heartbeat >= ? GROUP BY run", (run, time.time() - alive_within)).fetchall()
+            "heartbeat >= ? GROUP BY run UNION ALL SELECT run, pid, started, total FROM announced WHERE run != ? AND "
+            "started >= ? AND run NOT IN (SELECT run FROM runs) ORDER BY 3",
+            (run, now - alive_within, run, now - announced_within)).fetchall()
         return [OtherRun(r[0], int(r[1]), float(r[2]), int(r[3] or 0)) for r in rows]
 
     @damaged
@@ -147,15 +157,20 @@ class RunBookkeeping(Database):
                          "AND collected = 0 AND created < ?", (endpoint, time.time() - max_age))
         rows = conn.execute("SELECT id, keys FROM batches WHERE endpoint = ? AND collected = 0 ORDER BY created",
                             (endpoint,)).fetchall()
-        return [(row[0], json.loads(row[1])) for row in rows]
+        found = [(row[0], _keys(row[1])) for row in rows]
+        # A row whose keys cannot be read (a hand edit) says nothing of which prompts its replies answer: closed
+        # unread, and its prompts are asked again.
+        conn.executemany("UPDATE batches SET collected = 1, status = 'damaged (' || status || ')' WHERE id = ?",
+                         [(batch_id,) for batch_id, keys in found if keys is None])
+        return [(batch_id, keys) for batch_id, keys in found if keys is not None]
 
     @damaged
     def batches(self, collected: bool = False) -> list[BatchRow]:
         """Submitted batches, oldest first: the open ones (`collected`: every one)."""
         rows = self._conn().execute("SELECT id, endpoint, status, counts, created, collected, keys FROM batches "
                                     + ("" if collected else "WHERE collected = 0 ") + "ORDER BY created").fetchall()
-        return [BatchRow(r[0], r[1], r[2], json.loads(r[3]) if r[3] else {}, r[4], bool(r[5]), len(json.loads(r[6])))
-                for r in rows]
+        return [BatchRow(str(r[0]), str(r[1]), str(r[2]), _counts(r[3]), r[4] if isinstance(r[4], (int, float)) else 0.0,
+                         bool(r[5]), len(_keys(r[6]) or ())) for r in rows]
 
     @damaged
     def batch_status(self, batch_id: str, status: str, counts: dict[str, Any] | None) -> None:
@@ -200,5 +215,26 @@ class RunBookkeeping(Database):
     @damaged
     def clear_run(self, run: str) -> None:
         conn = self._conn()
+        conn.execute("DELETE FROM announced WHERE run = ?", (run,))
         conn.execute("DELETE FROM outcomes WHERE run = ?", (run,))
         conn.execute("DELETE FROM runs WHERE run = ?", (run,))
+
+
+def _keys(text: Any) -> list[str] | None:
+    """A batch row's store keys (a JSON list of strings), or None when the row is damaged."""
+    try:
+        keys = json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    return keys if isinstance(keys, list) and all(isinstance(k, str) for k in keys) else None
+
+
+def _counts(text: Any) -> dict[str, Any]:
+    """A batch row's request counts at the last retrieval ({} when none, or damaged)."""
+    try:
+        counts = json.loads(text) if text else {}
+    except (TypeError, ValueError, RecursionError):
+        return {}
+    if not isinstance(counts, dict):
+        return {}
+    return {str(k): v for k, v in counts.items() if isinstance(v, int) and not isinstance(v, bool)}

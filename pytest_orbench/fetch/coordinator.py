@@ -117,13 +117,14 @@ class Coordinator:
         self.waiter = Waiter(self.store, self.run_id, dead=self._dead if self.fetches else None, on_wait=self._waiting)
         if not self.fetches:
             return None
+        self.jobs = len(pending)  # before the fetch starts: a start that fails still leaves `stop` its clean-up
         if pending:
+            self._announce(len(pending))
             self._fetch([Job(r.key, r.text, n, record=None, config=r.config) for n, r in enumerate(plan.misses)]
                         + [Job(r.key, r.text, len(plan.misses) + n, record=self._stored_reply(r.key), config=r.config)
                            for n, r in enumerate(plan.unjudged)])
         elif self.child is not None:
             self.child.dismiss()
-        self.jobs = len(pending)
         processes = self.shards if self.shards > 1 else 0
         pace = (f"through provider batches (polled every {s.batch.poll:g} s, waiting up to {_age(s.batch.wait)})"
                 if s.batch is not None else f"{s.concurrency} at a time")
@@ -132,6 +133,7 @@ class Coordinator:
                   + (f" (from {processes} fetch processes)" if pending and processes else ""))
         judging = f", {len(plan.unjudged)} stored replies to judge" if plan.unjudged and not s.offline else ""
         aged = f" ({plan.stale} stored replies older than {_age(max_age)} are asked again)" if plan.stale else ""
+        aged += _damaged_note(plan.damaged, s.offline)
         replies = len(dict.fromkeys(r.key for r in requests))
         stored = replies - len(plan.misses)
         each = s.trials * (2 if s.base is not None else 1)
@@ -144,6 +146,15 @@ class Coordinator:
             notes.append(f"{replies} distinct: {shared} shared a reply with an identical prompt")
         what = f"{prompts} prompts" + (f" ({'; '.join(notes)})" if notes else "")
         return f"orbench: {what}, {stored} stored, {action}{judging}{aged}{self._sharing(pending)}"
+
+    def _announce(self, total: int) -> None:
+        """Said in the store before the fetch process starts (it imports litellm first, seconds): a run begun
+        meanwhile on this store sees this one fetching (`_sharing`), as this one sees a run announced earlier."""
+        assert self.store is not None
+        try:
+            self.store.announce_run(self.run_id, total)
+        except (OSError, sqlite3.Error):
+            pass  # only the other runs' warning: the fetch meets the store's trouble and says it
 
     def _sharing(self, pending: list[Request]) -> str:
         """Another run fetching into this store now does not share its calls in flight with this one: said,
@@ -259,8 +270,9 @@ class Coordinator:
             return Outcome(record=record, judge=plan.judged.get(request.key),
                            judge_error=self._offline_judge_error(request, prompt_id, record))
         if self.settings.offline:
-            return Outcome(error=f"no stored reply for {prompt_id} and --orbench-offline is set; run once without it "
-                                 "to fetch")
+            why = plan.damaged.get(request.key)
+            stored = f"the stored reply for {prompt_id} is damaged ({why})" if why else f"no stored reply for {prompt_id}"
+            return Outcome(error=f"{stored} and --orbench-offline is set; run once without it to fetch")
         assert self.waiter is not None and self.store is not None
         outcome = self.waiter.result(request.key)
         if outcome.record is not None and outcome.judge_error is None and self.judge.llm is not None:
@@ -274,9 +286,11 @@ class Coordinator:
     def _offline_judge_error(self, request: Request, prompt_id: str, record: dict[str, Any]) -> str | None:
         if request.key in self.plan.judged or self.judge.llm is None:
             return None
-        if judge_key(self.judge, request.text, record) is None:
+        key = judge_key(self.judge, request.text, record)
+        if key is None:
             return None
-        return (f"no stored judgement for {prompt_id} from judge model {self.judge.llm.spec.model} "
+        damaged = f" (the stored one is damaged: {self.plan.damaged[key]})" if key in self.plan.damaged else ""
+        return (f"no stored judgement for {prompt_id} from judge model {self.judge.llm.spec.model}{damaged} "
                 "and --orbench-offline is set; run once without it to judge")
 
     def progress(self) -> str | None:
@@ -342,6 +356,16 @@ class Coordinator:
                     pass  # bookkeeping (a full disk): the next run older than a day deletes it
             self.store.close()
             self.store = None
+
+
+def _damaged_note(damaged: dict[str, str], offline: bool) -> str:
+    """The begin line's word on stored records that cannot be read: said once, with one example of why."""
+    if not damaged:
+        return ""
+    n, why = len(damaged), next(iter(damaged.values()))
+    fate = "cannot be used offline" if offline else "asked again"
+    return (f" ({n} stored record{'s are' if n != 1 else ' is'} damaged ({why}{f'; {n - 1} more' if n > 1 else ''}): "
+            f"{fate}, never judged)")
 
 
 def _age(seconds: float | None) -> str:

@@ -29,12 +29,14 @@ BATCH_SECONDS = 0.05  # replies and outcomes are committed together at most this
 HEARTBEAT_SECONDS = 1.0  # the loop says it is alive (and how far it got) this often
 DRAIN = 60.0  # seconds a stop waits for requests already in flight (paid for: keep them)
 UNUSABLE_STOP = 5  # this many replies without text (max_tokens too low) before any usable one: stop calling
-# This many prompts in a row whose every attempt found the endpoint unreachable (connection refused, DNS, TLS)
-# or timed out, with no reply between them, after it had answered: it went away (a server stopped mid-run) or
-# hung. Each such prompt spent its retries' backoff (~4-8 s at the default 4), or (retries + 1) timeouts, so a
-# blip is over long before; without this stop every remaining prompt spent them too (200 prompts at
-# concurrency 4: 4 minutes of refused connections; 1,974 prompts hung at concurrency 8: ~20 hours). Prompts
-# that take longer than the timeout between prompts that are answered (a slow model) go on.
+# This many prompts in a row whose every attempt failed in a way another attempt might have mended (unreachable:
+# connection refused, DNS, TLS; timed out; a 429, 5xx or malformed reply; a target that raised), with no reply
+# between them: the endpoint went away (a server stopped mid-run), hung, or is down (a 503 outage). Each such
+# prompt spent its retries' backoff (~4-8 s at the default 4), or (retries + 1) timeouts, so a blip is over long
+# before; without this stop every remaining prompt spent them too (200 prompts at concurrency 4: 4 minutes of
+# refused connections; 1,974 prompts hung at concurrency 8: ~20 hours; 100 prompts against a 503 outage: 500
+# requests). Failures between replies (a burst of 503s, prompts slower than the timeout) reset nothing: each
+# is retried and counted as before.
 GONE_STOP = 5
 # A retry wait this long (an endpoint's Retry-After of 60 s, a long backoff) is noted in the run's state, so the
 # progress line says the run waits rather than an ETA of 2 s made from the rate before the wait.
@@ -96,7 +98,7 @@ class FetchLoop:
         self._answered: Counter[int] = Counter()
         self._dead: dict[int, str] = {}
         self._unusable: Counter[int] = Counter()  # replies with no text at max_tokens while none was usable
-        self._unreachable: Counter[int] = Counter()  # prompts in a row unreachable or timed out since the last reply (GONE_STOP)
+        self._failing: Counter[int] = Counter()  # prompts in a row that failed every attempt since the last reply (GONE_STOP)
         self._waking: dict[int, float] = {}  # id of each long retry wait -> when it ends (epoch seconds)
         self._last_answer: dict[int, float] = {}  # monotonic time of each configuration's last reply
         self._pending_records: list[tuple[str, dict[str, Any]]] = []
@@ -223,24 +225,28 @@ class FetchLoop:
                     why = ("no prompt was answered, so no more calls are made" if not self._answered[job.config]
                            else "so no more calls are made to it")
                     self._dead.setdefault(job.config, f"{exc} ({why})")
-                gone = exc.unreachable or exc.timed_out
+                # Every attempt failed, and another might have mended it: the retries are spent (a non-retryable
+                # error, a 400 of this prompt, says nothing of the endpoint).
+                gone = exc.unreachable or exc.timed_out or exc.retryable
                 # In a row means with no reply between: a prompt during which another was answered (half the
                 # prompts hang, a trickle of faults under concurrency) says the endpoint still answers.
                 if not gone:
-                    self._unreachable[job.config] = 0
+                    self._failing[job.config] = 0
                 elif started >= self._last_answer.get(job.config, 0.0):
-                    self._unreachable[job.config] += 1
-                if self._unreachable[job.config] >= GONE_STOP:
-                    self._dead.setdefault(job.config, f"{exc} (it had answered {self._answered[job.config]} prompts, then "
-                                                      f"{self._unreachable[job.config]} prompts in a row failed every "
-                                                      "attempt, so no more calls are made to it)")
+                    self._failing[job.config] += 1
+                if self._failing[job.config] >= GONE_STOP:
+                    answered, failed = self._answered[job.config], self._failing[job.config]
+                    self._dead.setdefault(job.config, f"{exc} (" + (
+                        f"it had answered {answered} prompts, then {failed} prompts in a row" if answered else
+                        f"no prompt was answered: {failed} prompts in a row") + " failed every attempt, so no more "
+                        "calls are made to it)")
                 self._unusable[job.config] += exc.unusable and not self._answered[job.config]
                 if self._unusable[job.config] >= UNUSABLE_STOP:
                     self._dead.setdefault(job.config, f"{exc} (so did the first {self._unusable[job.config]} replies, "
                                                       "and none had text, so no more calls are made)")
                 return Outcome(error=str(exc), fetched=True)
             self._answered[job.config] += 1
-            self._unreachable[job.config] = 0
+            self._failing[job.config] = 0
             self._last_answer[job.config] = time.monotonic()
             record = reply.record()
             record["seconds"] = round(seconds, 3)

@@ -27,6 +27,9 @@ class Plan:
     misses: list[Request] = field(default_factory=list)  # no fresh reply: a call
     unjudged: list[Request] = field(default_factory=list)  # a fresh reply, no LLM judgement yet: a judge call
     stale: int = 0  # stored, but older than store_max_age: asked again
+    # Stored records of these requests (replies, LLM judgements) that cannot be read: key -> why. Each is
+    # missing (asked again, or an error offline), never judged.
+    damaged: dict[str, str] = field(default_factory=dict)
     # Per configuration: requests without a fresh reply that need no call of their own, since an identical
     # prompt's request (same text, so the same store key) makes it.
     shared: dict[int, int] = field(default_factory=dict)
@@ -42,8 +45,10 @@ def make_plan(store: Store, judge: Judge, requests: list[Request], fresh_after: 
     # again, so that it becomes the error it is, not a refusal.
     plan.stored = {k: r for k, r in store.get_many(keys, fresh_after).items()
                    if no_visible_text(r.get("text"), r.get("finish_reason"), None) is None}
+    plan.damaged = {k: store.damaged_records[k] for k in keys if k in store.damaged_records}
     if fresh_after is not None:
-        plan.stale = store.count_stored([k for k in keys if k not in plan.stored], before=fresh_after)
+        plan.stale = store.count_stored([k for k in keys if k not in plan.stored and k not in plan.damaged],
+                                        before=fresh_after)
     seen: set[str] = set()
     judge_keys: dict[str, str] = {}
     unique: list[Request] = []
@@ -64,6 +69,7 @@ def make_plan(store: Store, judge: Judge, requests: list[Request], fresh_after: 
     if judge_keys:
         found = store.get_many(judge_keys.values(), fresh_after)
         plan.judged = {k: found[v] for k, v in judge_keys.items() if v in found}
+        plan.damaged.update({v: store.damaged_records[v] for v in judge_keys.values() if v in store.damaged_records})
         plan.unjudged = [r for r in unique if r.key in judge_keys and r.key not in plan.judged]
     return plan if offline else fetching(plan)
 

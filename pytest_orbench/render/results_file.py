@@ -36,15 +36,20 @@ def prompts_that_matter(results: ResultsDocument) -> list[Any]:
 def write_results(path: Path, results: ResultsDocument) -> list[Path]:
     """The results JSON; above FULL_PROMPTS_MAX prompts, in two files: every prompt's record, one per line, in
     `<name>.prompts.jsonl` beside it (written first, streamed), and the JSON with the prompts that matter and
-    `prompts_file` naming the other (schema, records, SHA-256). `records.load_results` reads both forms."""
+    `prompts_file` naming the other (schema, records, SHA-256). `records.load_results` reads both forms. Up to
+    FULL_PROMPTS_MAX, a `<name>.prompts.jsonl` left beside it by an earlier run is removed."""
     import hashlib
     import json as json_module
 
     prompts = results["prompts"]
+    lines_path = path.parent / prompt_lines_name(path)
     if len(prompts) <= records.FULL_PROMPTS_MAX:  # (read when called, as the terminal summary reads it)
         write_json(path, results)
+        # An earlier large run's prompts file beside it would disagree with this one (a tool, a person, reading
+        # every record from it): the results are this one file now. A file of that name that is not one is kept.
+        if _prompt_lines(lines_path):
+            lines_path.unlink()
         return [path]
-    lines_path = path.parent / prompt_lines_name(path)
     digest = hashlib.sha256()
 
     def lines() -> Iterator[str]:
@@ -62,3 +67,15 @@ def write_results(path: Path, results: ResultsDocument) -> list[Path]:
                 "record is in the file named by path, one JSON object per line"}}
     write_json(path, document)
     return [lines_path, path]
+
+
+def _prompt_lines(path: Path) -> bool:
+    """Whether `path` is a prompts file a large run wrote (its first line a prompt's record)."""
+    import json as json_module
+
+    try:
+        with path.open("rb") as fh:
+            first = json_module.loads(fh.readline(1 << 20))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(first, dict) and {"id", "verdict", "dataset"} <= first.keys()

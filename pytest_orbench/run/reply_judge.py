@@ -15,6 +15,8 @@ from pytest_orbench.judging.llm_calls import final_judgement, reply_text
 from pytest_orbench.judging.registry import cached
 from pytest_orbench.run.verdicts import Judged, needs_verdict
 
+_VERDICTS = {verdict.value for verdict in Verdict}
+
 
 class ReplyJudge:
     """Judges replies; the verdicts a cached judge made anew are kept until `save` writes them to the store."""
@@ -47,7 +49,7 @@ class ReplyJudge:
         key = response_key({"verdict_of": self.judge.id, "version": self.judge.version, "prompt": prompt,
                             "reply": reply_text(reply), "finish_reason": reply.get("finish_reason")})
         found = store.verdict(key)
-        if found is not None:
+        if found is not None and found.verdict in _VERDICTS:  # another word there: a damaged row, judged again
             return Judgement(Verdict(found.verdict), found.reason)
         judgement = final_judgement(self.judge, prompt, reply, judged)
         self._new_verdicts.append((key, judgement.verdict.value, judgement.reason))

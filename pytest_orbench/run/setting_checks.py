@@ -90,11 +90,11 @@ def batch_settings(values: dict[str, Any]) -> BatchSettings | None:
         raise fail(f"batch_max_requests must be at least 1, got {values['batch_max_requests']}")
     try:
         wait = parse_age(values["batch_wait"], "--orbench-batch-wait")
-    except ValueError as exc:
-        raise fail(str(exc)) from None
+    except ValueError:
+        wait = 0.0  # parse_age's words are the store max age's ("0 to always ask again", "never"): not a wait's
     if wait is None or wait <= 0:
-        raise fail(f"--orbench-batch-wait {values['batch_wait']!r}: give how long to wait (24h, 2h, 30m); a run "
-                   "that stops waiting is resumed by the next one")
+        raise fail(f"--orbench-batch-wait {values['batch_wait']!r}: give how long to wait, a number above 0 with a "
+                   "unit (24h, 2h, 30m, 90s); a run that stops waiting is resumed by the next one")
     check_batch_model(values["model"], "model")
     from pytest_orbench.fetch.batch.runner import BatchSettings
 

@@ -122,3 +122,28 @@ def test_the_action_comment_says_inconclusive_and_names_the_store(pytester: pyte
     assert "**inconclusive**: pytest --orbench stopped with a usage error before any result" in comment["body"]
     assert "is damaged" in comment["body"] and "responses.sqlite3" in comment["body"]
     assert outputs(env)["verdict"] == "inconclusive"
+
+
+def test_damaged_records_in_an_intact_store_are_asked_again_and_said_once(pytester: pytest.Pytester, mock: Any) -> None:
+    # Not JSON, a JSON list, a reply whose text is null: an INTERNALERROR at the plan (the first two), or an empty
+    # reply counted as a refusal (the third). Each is missing: asked again, and said once.
+    from tests.core.test_store_records import damage_records
+
+    args = mock_args(mock, "--orbench-sample", "10", "--orbench-seed", "1", "--orbench-json", "r.json")
+    first = pytester.runpytest(*args)
+    before = {p["id"]: p["verdict"] for p in load(pytester.path / "r.json")["prompts"]}
+    made = stats(mock.url)["requests"]
+    damage_records(pytester.path / ".orbench", every=6)  # 4 of the 20 replies
+    again = pytester.runpytest(*args)
+    assert again.ret == first.ret and not any("INTERNALERROR" in line for line in again.outlines)
+    assert stats(mock.url)["requests"] == made + 4  # exactly those, asked again
+    said = [line for line in again.outlines if "stored records are damaged" in line]
+    assert said == ["orbench: 20 prompts, 16 stored, 4 to fetch, 16 at a time (4 stored records are damaged (not JSON; "
+                    "3 more): asked again, never judged)"]
+    assert {p["id"]: p["verdict"] for p in load(pytester.path / "r.json")["prompts"]} == before
+    damaged = damage_records(pytester.path / ".orbench", every=6)
+    offline = pytester.runpytest(*args, "--orbench-offline")
+    assert stats(mock.url)["requests"] == made + 4
+    errors = [p["error"] for p in load(pytester.path / "r.json")["prompts"] if p["error"]]
+    assert len(errors) == len(damaged) and all(" is damaged (" in e and "--orbench-offline is set" in e for e in errors)
+    assert offline.ret == 1 and not any("INTERNALERROR" in line for line in offline.outlines)

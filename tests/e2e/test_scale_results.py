@@ -55,6 +55,21 @@ def test_up_to_the_limit_the_results_json_stays_one_file(tmp_path: Path) -> None
     assert "prompts_file" not in head and len(head["prompts"]) == records.FULL_PROMPTS_MAX
 
 
+def test_a_smaller_run_leaves_no_prompts_file_of_an_earlier_large_one(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # The earlier run's r.prompts.jsonl stayed beside the later r.json: two files of two runs that disagree.
+    monkeypatch.setattr(records, "FULL_PROMPTS_MAX", 50)
+    large, _ = large_run(51)
+    assert write_outputs(large, {"json": tmp_path / "r.json"}) == [tmp_path / "r.prompts.jsonl", tmp_path / "r.json"]  # type: ignore[arg-type]
+    small, _ = large_run(50)
+    assert write_outputs(small, {"json": tmp_path / "r.json"}) == [tmp_path / "r.json"]  # type: ignore[arg-type]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+    assert load_results(tmp_path / "r.json")["prompts"] == small["prompts"]
+    (tmp_path / "r.prompts.jsonl").write_text('{"note": "mine"}\n', encoding="utf-8")  # not a prompts file: kept
+    write_outputs(small, {"json": tmp_path / "r.json"})  # type: ignore[arg-type]
+    assert (tmp_path / "r.prompts.jsonl").read_text(encoding="utf-8") == '{"note": "mine"}\n'
+
+
 def test_the_two_files_of_one_run_must_stay_together(tmp_path: Path) -> None:
     results, _ = large_run(records.FULL_PROMPTS_MAX + 1)
     write_outputs(results, {"json": tmp_path / "r.json"})  # type: ignore[arg-type]

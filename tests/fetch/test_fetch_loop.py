@@ -309,6 +309,54 @@ def test_an_endpoint_that_goes_away_mid_run_stops_the_calls(tmp_path: Path, fail
     assert set(errors) == {str(failure), gone} and errors.count(gone) >= 180
 
 
+@pytest.mark.parametrize("answered", [0, 10], ids=["down-from-the-start", "down-mid-run"])
+def test_an_outage_of_503s_stops_the_calls_early(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answered: int) -> None:
+    # Every attempt of every prompt a 503: each prompt was tried retries + 1 times (100 prompts: 500 requests).
+    monkeypatch.setattr("pytest_orbench.calls.client.backoff", lambda attempt, retry_after: 0.0)
+    failure = EndpointError("HTTP 503 from 127.0.0.1:9: The server had an error", retryable=True)
+
+    class Down(SlowCaller):
+        async def __call__(self, prompt: str) -> Reply:
+            self.prompts.append(prompt)
+            up = len(self.prompts) <= answered
+            await asyncio.sleep(0)
+            if not up:
+                raise failure
+            return Reply(prompt.upper(), "stop")
+
+    caller = Down()
+    jobs = [Job(f"k{i}", f"p{i}", i) for i in range(100)]
+    run_loop(Store(tmp_path), caller, jobs, concurrency=4, retries=4)
+    # 5 attempts each: the prompts that told, those in flight when they began (begun before the last reply, they
+    # do not count) and when they ended
+    assert len(caller.prompts) <= answered + (3 + 5 + 3) * 5
+    waiter = Waiter(Store(tmp_path), "r")
+    errors = [waiter.result(j.key).error for j in jobs[answered:]]
+    why = (f"it had answered {answered} prompts, then 5" if answered else "no prompt was answered: 5")
+    stopped = f"not requested: {failure} ({why} prompts in a row failed every attempt, so no more calls are made to it)"
+    assert set(errors) == {str(failure), stopped} and errors.count(stopped) >= 100 - answered - 11
+
+
+def test_503s_among_replies_are_retried_and_counted_exactly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Not an outage: a quarter of the prompts fail every attempt, the others are answered between them.
+    monkeypatch.setattr("pytest_orbench.calls.client.backoff", lambda attempt, retry_after: 0.0)
+
+    class Some(SlowCaller):
+        async def __call__(self, prompt: str) -> Reply:
+            self.prompts.append(prompt)
+            await asyncio.sleep(0.001)
+            if int(prompt[1:]) % 4 == 0:
+                raise EndpointError("HTTP 503 from 127.0.0.1:9: busy", retryable=True)
+            return Reply(prompt.upper(), "stop")
+
+    caller = Some()
+    jobs = [Job(f"k{i}", f"p{i}", i) for i in range(100)]
+    run_loop(Store(tmp_path), caller, jobs, concurrency=4, retries=4)
+    assert len(caller.prompts) == 75 + 25 * 5
+    waiter = Waiter(Store(tmp_path), "r")
+    assert [waiter.result(j.key).error for j in jobs].count("HTTP 503 from 127.0.0.1:9: busy") == 25
+
+
 def test_a_crash_in_the_loop_turns_every_remaining_prompt_into_an_error(tmp_path: Path) -> None:
     class Broken(SlowCaller):
         async def __call__(self, prompt: str) -> Reply:
@@ -668,3 +716,59 @@ def test_a_session_opens_the_store_once(pytester: pytest.Pytester, monkeypatch: 
     result = pytester.runpytest_inprocess(*args)
     assert result.parseoutcomes()["errors"] == 2  # offline, nothing stored: an error each, no call
     assert opened == [pytester.path / ".orbench"]
+
+
+class IdleChild:
+    """A fetch process that never gets as far as starting its run (litellm still importing)."""
+
+    pid = None
+
+    def spawn(self) -> None: ...
+    def start(self, work: object) -> None: ...
+    def watch(self, on_death: object) -> None: ...
+    def dismiss(self) -> None: ...
+    def stop(self, wait: float) -> None: ...
+    def dead(self) -> None: ...
+
+
+def test_a_run_begun_moments_after_another_on_one_store_says_the_other_is_fetching(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two runs 1.5 s apart: the first's fetch process was still importing litellm when the second looked, so its
+    # run was not in the store yet, and the second said nothing of it (both paid for every reply).
+    import os
+    from types import SimpleNamespace
+
+    from pytest_orbench.fetch.coordinator import Coordinator
+    from pytest_orbench.fetch.plan import Request
+    from pytest_orbench.judging.registry import make_judge
+
+    monkeypatch.setattr("pytest_orbench.fetch.child.FetchChild", IdleChild)
+    settings = SimpleNamespace(store=tmp_path, concurrency=4, offline=False, base=None, batch=None, target=None, trials=1,
+                               retries=0, store_max_age=None, max_cost=None, judge="keyword", judge_spec=None,
+                               model="openai/m", system_prompt=None, timeout=5.0,
+                               endpoint_spec=lambda: ModelSpec("openai/m"))
+    requests = [Request(f"k{i}", f"p{i}") for i in range(3)]
+    runs = [Coordinator(settings, make_judge("keyword"), f"run-{n}", fetches=True) for n in range(3)]  # type: ignore[arg-type]
+    assert "another run" not in (runs[0].begin(requests) or "")
+    said = runs[1].begin(requests) or ""
+    assert (f"; another run (pid {os.getpid()}, started 0 s ago) is fetching into this store now (3 replies to go): what "
+            "it has not stored yet is asked again here and paid twice; let it finish first to reuse its replies") in said
+    for run in runs[:2]:
+        run.stop()
+    assert "another run" not in (runs[2].begin(requests) or "")  # both stopped: neither is fetching any more
+    runs[2].stop()
+
+
+def test_an_announced_run_counts_until_its_fetch_starts_or_it_ends(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    store.announce_run("a", 10)
+    assert [(o.run, o.to_go) for o in store.other_runs("b")] == [("a", 10)] and store.other_runs("a") == []
+    store.start_run("a", 10)
+    store.heartbeat("a", 4, 0)
+    assert [(o.run, o.to_go) for o in store.other_runs("b")] == [("a", 6)]  # its fetch process says how far it got
+    store.clear_run("a")
+    assert store.other_runs("b") == []
+    store.announce_run("killed", 5)  # its pytest process died before its fetch process started: 2 minutes ago
+    store._conn().execute("UPDATE announced SET started = started - 121")
+    assert store.other_runs("b") == []
+    store.close()
