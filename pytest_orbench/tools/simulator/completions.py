@@ -152,7 +152,7 @@ class CompletionHandler(BaseHTTPRequestHandler):
                 self.state.judge_requests += 1
                 if question is not None:
                     self.state.judged[hashlib.sha256(question.encode("utf-8")).hexdigest()] = cls
-            self._completion(prompt, text, "stop")
+            self._completion(prompt, text, "stop", self.config.judge_reasoning_tokens)
             return
         model = str(body.get("model") or "")
         if role != "target":

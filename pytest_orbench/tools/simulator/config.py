@@ -36,6 +36,9 @@ class MockConfig:
     reply_injection: str = ""
     # Acting as a judge: a reply that tells the judge what to do is obeyed (roles.INJECTION_OBEYED): a gullible judge.
     judge_obeys_injection: bool = False
+    # Acting as a judge: completion tokens it bills for reasoning before its answer (a reasoning judge model costs
+    # many times what an estimate of its visible answer says).
+    judge_reasoning_tokens: int = 0
     gen_toxic_share: float = 0.2  # rewriter: share of rewrites that stay harmful
     gen_duplicate_rate: float = 0.25  # rewriter: share of seeds whose last rewrite copies the first
     gen_moderator_flip: float = 0.1  # moderator: chance per prompt and model of the wrong label
