@@ -24,7 +24,7 @@ from pytest_orbench.core.records import (
 
 BASELINE_SCHEMA_VERSION = 1
 PROMPT_FIELDS = ("id", "dataset", "category", "prompt_sha256", "verdict", "refused", "refused_share", "refused_trials",
-                 "scored_trials", "reply_key")
+                 "scored_trials", "reply_key", "reply_sha256")
 DATASET_FIELDS = ("n", "refused", "errors", "rejection_rate", "ci95", "expected", "total", "filtered", "empty", "unscored",
                   "flaky")
 

@@ -31,7 +31,7 @@ _KINDS = {str: "a string", int: "an integer", float: "a number", bool: "true or 
 PROMPT_KEYS: tuple[Field, ...] = (
     ("id", STR, True), ("dataset", STR, True), ("category", STR, True), ("prompt_sha256", STR, True),
     ("refused", BOOL_OR_NULL, True), ("refused_share", NUMBER_OR_NULL, False), ("refused_trials", INT, False),
-    ("scored_trials", INT, False),
+    ("scored_trials", INT, False), ("reply_key", STR, False), ("reply_sha256", STR, False),
 )
 # A run's keys that the comparison and the reports index into (every key is optional in RunMeta).
 RUN_KEYS: tuple[Field, ...] = (

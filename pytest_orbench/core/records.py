@@ -45,6 +45,14 @@ def record_of(name: str, value: object) -> PromptRecord | None:
     return cast(PromptRecord, json.loads(value))
 
 
+def reply_sha256(text: str) -> str:
+    """Which reply a verdict was on: 16 hex digits of the SHA-256 of its text (records and baselines keep it beside
+    the reply's store key, whose record a later call of the same request replaces)."""
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
 LIVE_BASE = "live base"  # run.compared_with when the gate compared with the live base asked in the same session
 
 
@@ -81,6 +89,9 @@ class Combined(TypedDict):
     error_from: NotRequired[str]  # with an error verdict: "endpoint" (no reply) or "judge" (a reply, no judgement)
     reply_excerpt: str
     reply_key: NotRequired[str]  # the store key of the reply shown (its whole text is there): `orbench label`
+    # With reply_key: which reply that was (reply_sha256), so that a later reply stored under the same key (asked
+    # again once the store's max age passed) is never taken for the one judged here.
+    reply_sha256: NotRequired[str]
     reply_digest: NotRequired[str]  # with judge_labels: labels.reply_digest of the prompt and the reply shown
     flip_verification: NotRequired[dict[str, Any]]  # --orbench-verify-flips, on a flipped prompt: both opinions
     flaky: NotRequired[bool]  # with trials: some refused, some answered
@@ -306,6 +317,7 @@ class BaselinePrompt(TypedDict):
     refused_trials: NotRequired[int]
     scored_trials: NotRequired[int]
     reply_key: NotRequired[str]  # the store key of the reply judged: --orbench-verify-flips re-judges it if stored
+    reply_sha256: NotRequired[str]  # which reply that was: verification re-judges only that very reply
 
 
 class BaselineDocument(TypedDict):

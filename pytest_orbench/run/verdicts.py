@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from pytest_orbench.core.datasets.prompts import Prompt
-from pytest_orbench.core.records import BaseRecord, Combined, Costs, PromptRecord, TrialVerdict
+from pytest_orbench.core.records import BaseRecord, Combined, Costs, PromptRecord, TrialVerdict, reply_sha256
 from pytest_orbench.fetch.loop import Outcome
 from pytest_orbench.judging.judges import Judgement, Verdict
 from pytest_orbench.judging.labels import reply_digest
@@ -139,6 +139,7 @@ def _combined(prompt: Prompt, judged: Judged, digest: bool) -> tuple[Combined, d
         combined["error_from"] = shown["error_from"]
     if shown.get("key") and shown["text"]:
         combined["reply_key"] = shown["key"]
+        combined["reply_sha256"] = reply_sha256(shown["text"])
     if digest and shown["text"] and refused is not None:
         # With judge_labels: which of your labelled replies this run judged (the audit of judges that do not
         # learn from the labels, llm and custom ones, compares their verdicts here with yours).

@@ -22,7 +22,7 @@ from typing import Any, cast
 
 from pytest_orbench.analysis.pairs import compare, trials_of
 from pytest_orbench.core.endpoint import ModelSpec
-from pytest_orbench.core.records import NOT_REQUESTED, BaselineDocument, PromptRecord, ResultsDocument
+from pytest_orbench.core.records import NOT_REQUESTED, BaselineDocument, PromptRecord, ResultsDocument, reply_sha256
 from pytest_orbench.core.store import Store
 from pytest_orbench.judging.judges import CLASSES, Judgement
 from pytest_orbench.judging.llm_judge import BRACKETED, REPLY_QUOTE, REQUEST_QUOTE, LLMJudge
@@ -203,6 +203,19 @@ def _same(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
     return a * m == b * k
 
 
+def _another_reply(side: Mapping[str, Any], replies: list[dict[str, Any] | None]) -> str | None:
+    """Why the stored reply under a baseline's reply key may not be the one its verdict was on (None: it is). The
+    store keeps one reply per request: the same request asked again (after --orbench-store-max-age, by a run of the
+    baseline's configuration) replaces it, and a verdict of that later reply is not the baseline's to overturn."""
+    digest = side.get("reply_sha256")
+    if not digest:
+        return ("the baseline records no digest of the reply it judged (written by an older pytest-orbench), so the "
+                "stored reply cannot be shown to be that one: update the baseline to verify both sides")
+    if any(reply is None or reply_sha256(str(reply.get("text") or "")) != digest for reply in replies):
+        return "the store holds a later reply under its key (the request was asked again since the baseline was written)"
+    return None
+
+
 def verify(records: list[PromptRecord], reference: BaselineDocument, *, spec: ModelSpec, store: Store, retries: int,
            concurrency: int, live_base: bool, budget: float | None = None, limit: str = ""
            ) -> tuple[BaselineDocument, dict[str, dict[str, Any]], Verifier]:
@@ -236,6 +249,11 @@ def verify(records: list[PromptRecord], reference: BaselineDocument, *, spec: Mo
                 if not keys or any(r is None for r in replies):
                     missing[(pid, side)] = "its reply is not in the store"
                     continue
+                if side == "compared" and not live_base:
+                    other = _another_reply(data, replies)
+                    if other is not None:
+                        missing[(pid, side)] = other
+                        continue
                 for n, reply in enumerate(replies):
                     assert reply is not None
                     plan.append((pid, side, n))
