@@ -223,18 +223,23 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
     _decide_regressions([c for c in checks if c["kind"] == "regression"])
     audit = results.get("judge_audit")
     if audit and audit.get("min_agreement") is not None:
-        # Every count above is the judge's: a judge that disagrees with your labels of this model's replies
-        # more than you allow decides nothing (the rates and flips it counted are not to be trusted).
-        agreement, minimum = audit["agreement"]["value"], audit["min_agreement"]
-        low = agreement is None or agreement < minimum
+        # Every count above is the judge's: it decides only when your labels of this model's replies show that it
+        # agrees at least this much, the whole 95% interval, not the point (one label reads 100% [20.7, 100]).
+        # Labels of other models' replies say nothing of this one (docs/judges.md).
+        agreement, minimum, (low, high) = audit["agreement"]["value"], audit["min_agreement"], audit["agreement"]["ci95"]
+        own = audit.get("scope") == "this_model"
+        measured = (f"the judge agrees with your {audit['labelled']} labels of this model's replies on "
+                    f"{'n/a' if agreement is None else f'{100 * agreement:.1f}%'} [{100 * low:.1f}, {100 * high:.1f}]")
+        passed = own and agreement is not None and low >= minimum
         checks.insert(0, gate_check(
-            f"judge agreement with your labels at least {100 * minimum:.1f}%", "", "judge", agreement, minimum,
-            "inconclusive" if low else "pass",
-            (f"the judge agrees with your {audit['labelled']} labels of this model's replies on "
-             f"{'n/a' if agreement is None else f'{100 * agreement:.1f}%'} (cross-validated, weighted to the run's "
-             f"replies), below judge_min_agreement {100 * minimum:.1f}%: its verdicts decide nothing; label more "
-             "replies (`orbench label`) so that it adapts, or choose another judge" if low else
-             f"the judge agrees with your {audit['labelled']} labels on {100 * agreement:.1f}%")))
+            f"judge agreement with your labels at least {100 * minimum:.1f}%", "", "judge", low if own else None,
+            minimum, "pass" if passed else "inconclusive",
+            f"{measured}, the lower bound of its 95% interval at least judge_min_agreement {100 * minimum:.1f}%" if passed
+            else (f"none of your {audit['labelled']} labels is of this model's replies ({audit.get('other_model', '')}): "
+                  "they cannot show how far the judge agrees on this model, so its verdicts decide nothing" if not own
+                  else f"{measured}: the lower bound of its 95% interval is below judge_min_agreement "
+                  f"{100 * minimum:.1f}%, so its verdicts decide nothing; label more of this model's replies "
+                  "(`orbench label`) to narrow the interval or let the judge adapt, or choose another judge")))
     outcomes = {c["outcome"] for c in checks}
     gated = any(c["kind"] in GATING_KINDS for c in checks)
     verdict = ("fail" if "fail" in outcomes else "inconclusive" if "inconclusive" in outcomes
