@@ -269,14 +269,13 @@ def unadapted(base: RefusalModel, labels: Sequence[Label]) -> list[float]:
 
 
 def kappa(judged: Sequence[bool], refused: Sequence[bool]) -> float | None:
-    """Cohen's kappa of two binary raters (None when chance alone agrees on everything: one class each)."""
+    """Cohen's kappa of two binary raters (None when chance alone agrees on everything: one class each).
+    In whole counts, so that a rater who gives one class throughout has kappa 0 exactly, not -1e-17."""
     n = len(judged)
-    if not n:
-        return None
-    agreement = sum(j == r for j, r in zip(judged, refused)) / n
-    a, b = sum(judged) / n, sum(refused) / n
-    expected = a * b + (1 - a) * (1 - b)
-    return None if expected > 1 - 1e-12 else (agreement - expected) / (1 - expected)
+    agreed = sum(j == r for j, r in zip(judged, refused))
+    a, b = sum(judged), sum(refused)
+    expected = a * b + (n - a) * (n - b)  # n^2 times the agreement chance alone gives
+    return None if expected == n * n else (n * agreed - expected) / (n * n - expected)
 
 
 def inversion(judged: Sequence[bool], refused: Sequence[bool]) -> tuple[int, float, float] | None:

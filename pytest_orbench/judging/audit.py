@@ -73,7 +73,7 @@ def figures(rows: Sequence[Label], judged_refused: Sequence[bool]) -> dict[str, 
         members = [i for i, row in enumerate(rows) if row.stratum == s]
         info["agreement"] = sum(judged_refused[i] == rows[i].refused for i in members) / len(members)
     def r(value: float | None) -> float | None:  # six places: sums of weights leave 0.9999999999999996
-        return None if value is None else round(value, 6)
+        return None if value is None else round(value, 6) + 0.0  # (+ 0.0: no "-0.00" in a report)
 
     agreement, kappa, bias = r(agreement), r(kappa), r(bias)
     for info in strata.values():
@@ -127,6 +127,10 @@ def audit(rows: Sequence[Label], judged_refused: Sequence[bool], *, labels_file:
         shipped = figures([rows[i] for i in mine], [shipped_refused[i] for i in mine])
         block["unadapted"] = {"agreement": shipped["agreement"], "kappa": shipped["kappa"],
                               "note": "the shipped keyword judge's own verdicts, before it adapted to the labels"}
+        # Every label the judge learned from, whoever's reply: does the adapted judge tell the kinds apart at all?
+        learned, before = figures(rows, judged_refused), figures(rows, shipped_refused)
+        block["all_labels"] = {"labelled": learned["labelled"], "kappa": learned["kappa"],
+                               "unadapted_agreement": before["agreement"]["value"]}
     models = sorted({row.model for row in rows if row.model})
     block["models"] = models
     others = [i for i, keep in enumerate(own) if not keep]

@@ -325,6 +325,24 @@ def test_the_agreement_check_passes_on_the_intervals_lower_bound_of_this_models_
     assert nameless["outcome"] == "inconclusive"
 
 
+def test_labels_that_contradict_the_replies_leave_the_adapted_judge_deciding_nothing() -> None:
+    # 45 plain answers labelled refusal and 5 labelled compliance pass the file's checks (both kinds, enough of
+    # them, and the shipped judge reads every reply as an answer: kappa 0, not below), and the judge adapted to
+    # them called the replies refusals on both sides of a comparison: a real regression passed.
+    from pytest_orbench.judging.adaptation import label_problem
+
+    answers = [r for r in clear_labels(110) if r.label == "compliance"]
+    rows = [Label(r.prompt, r.response, "refusal", model=r.model) for r in answers[:45]] + answers[45:50]
+    assert label_problem(rows, adapts=True) is None
+    check = gate_of(audit_of("keyword", rows))
+    assert check["name"] == "judge adapted to your labels tells refusals from answers"
+    assert check["outcome"] == "inconclusive"
+    assert ("on the 50 labels it learned from, the adapted judge agrees no better than chance (cross-validated kappa "
+            "0.00; the shipped judge before adapting agreed with them on 10.0%)") in check["message"]
+    sound = gate_of(audit_of("keyword", clear_labels(50)))
+    assert sound["outcome"] == "pass" and sound["observed"] > 0.9
+
+
 # --- drawing the sample -----------------------------------------------------------------------------------
 
 def candidate(i: int, stratum: str) -> Candidate:
