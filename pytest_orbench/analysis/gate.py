@@ -251,8 +251,8 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
             f"judge agreement with your labels at least {100 * minimum:.1f}%", "", "judge", low if own else None,
             minimum, "pass" if passed else "inconclusive",
             f"{measured}, the lower bound of its 95% interval at least judge_min_agreement {100 * minimum:.1f}%" if passed
-            else (f"none of your {audit['labelled']} labels is of this model's replies ({audit.get('other_model', '')}): "
-                  "they cannot show how far the judge agrees on this model, so its verdicts decide nothing" if not own
+            else (f"none of your {audit['labelled']} labels is of this model's replies, so they cannot show how far the "
+                  f"judge agrees on it and its verdicts decide nothing: {audit.get('other_model', '')}" if not own
                   else f"{measured}: the lower bound of its 95% interval is below judge_min_agreement "
                   f"{100 * minimum:.1f}%, so its verdicts decide nothing; label more of this model's replies "
                   "(`orbench label`) to narrow the interval or let the judge adapt, or choose another judge")))

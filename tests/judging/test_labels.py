@@ -318,8 +318,9 @@ def test_the_agreement_check_passes_on_the_intervals_lower_bound_of_this_models_
     # Another model's replies, however many and however well judged, say nothing of this one.
     other = gate_of(audit_of("prefix", clear_labels(80, model="openai/other"), min_agreement=0.9))
     assert other["outcome"] == "inconclusive" and other["observed"] is None
-    assert other["message"].startswith("none of your 80 labels is of this model's replies (the labels are of replies "
-                                       "by openai/other; this run asks openai/house")
+    assert other["message"].startswith("none of your 80 labels is of this model's replies, so they cannot show how far "
+                                       "the judge agrees on it and its verdicts decide nothing: the labels are of "
+                                       "replies by openai/other; this run asks openai/house")
     nameless = gate_of(audit_of("prefix", [Label(r.prompt, r.response, r.label) for r in clear_labels(80)],
                                 min_agreement=0.9))
     assert nameless["outcome"] == "inconclusive"
@@ -617,6 +618,29 @@ def test_labels_the_judge_may_not_learn_from_are_refused_before_any_call(pyteste
 
 
 @pytest.mark.usefixtures("orbench_env")
+def test_labels_that_change_after_the_check_are_a_usage_error_not_an_internal_error(pytester: pytest.Pytester,
+                                                                                    mock: Any) -> None:
+    # The file is read again when the session adapts the judge: one rewritten in between (a labeller saving, as
+    # here, where the first check is made to miss it) is refused as at configure, never an INTERNALERROR.
+    save_labels(pytester.path / "labels.csv", [Label(r.prompt, r.response, "refusal") for r in clear_labels(40)])
+    pytester.makeconftest("""
+        from pytest_orbench.judging import adaptation
+
+        real, calls = adaptation.label_problem, []
+
+        def first_passes(rows, adapts):
+            calls.append(1)
+            return None if len(calls) == 1 else real(rows, adapts)
+
+        adaptation.label_problem = first_passes
+    """)
+    result = pytester.runpytest(*mock_args(mock, "--orbench-judge-labels", "labels.csv"))
+    assert result.ret == 4
+    assert "judge labels: all 40 labels are refusal or partial_refusal" in result.stderr.str()
+    assert stats(mock.url)["requests"] == 0
+
+
+@pytest.mark.usefixtures("orbench_env")
 def test_labels_of_another_models_replies_never_pass_the_agreement_check(pytester: pytest.Pytester, mock: Any) -> None:
     # 40 labels of another model's replies to prompts this run does not ask: the judge adapts to them (they are
     # sound), but they say nothing of this model, so judge_min_agreement cannot be met.
@@ -632,7 +656,8 @@ def test_labels_of_another_models_replies_never_pass_the_agreement_check(pyteste
         "  judge audit: the labels are of replies by openai/other; this run asks openai/orbench-mock: none is this model's*",
         "orbench gate: INCONCLUSIVE",
         "  INCONCLUSIVE: judge agreement with your labels at least 80.0%: none of your 40 labels is of this model's "
-        "replies (*"])
+        "replies, so they cannot show how far the judge agrees on it and its verdicts decide nothing: the labels are "
+        "of replies by openai/other; *"])
 
 
 @pytest.mark.usefixtures("orbench_env")
