@@ -29,8 +29,8 @@ NEWTON_STEPS = 50
 # 17.5 pp in a draw; from 30 it gained on average on every source (worst draw -4.0 pp). docs/judges.md.
 MIN_LABELS = 30
 # More labels than this are refused (with the fix) rather than read for minutes: each reply is read into
-# features (~1.5 ms) and the audit fits ten folds; 20,000 take ~1 min (benchmarks/adaptation.py). The gain
-# has levelled off long before (+4.0 pp at 200 labels, +4.1 pp at 100).
+# features (~0.6 ms) and the audit fits ten folds: 20,000 take ~40 s, 100,000 ~4.5 min (benchmarks/README.md).
+# The gain has levelled off long before (+4.0 pp at 200 labels on the dev data, +3.9 pp at 100).
 MAX_LABELS = 20_000
 # The fit stops once it is provably this close to the optimum: the objective is strongly convex with modulus
 # `strength`, so |theta - optimum| <= |gradient| / strength. Far below what moves a verdict.
