@@ -109,6 +109,12 @@ def scope_of(rows: Sequence[Label], run_model: str | None, run_replies: set[str]
     return ("other_models" if any(row.model for row in rows) else "unknown_model"), [True] * len(rows)
 
 
+def names(models: Sequence[str], most: int = 3) -> str:
+    """Model names as a note says them: the first few, each cut short (the labels file is anyone's text)."""
+    shown = ", ".join(m if len(m) <= 60 else m[:59] + "…" for m in models[:most])
+    return shown + (f" and {len(models) - most} more" if len(models) > most else "")
+
+
 def audit(rows: Sequence[Label], judged_refused: Sequence[bool], *, labels_file: str, digest: str, judge: dict[str, Any],
           adapted: bool, unlabelled: int, min_agreement: float | None, run_model: str | None,
           run_replies: set[str] | None = None, shipped_refused: Sequence[bool] | None = None) -> dict[str, Any]:
@@ -134,13 +140,13 @@ def audit(rows: Sequence[Label], judged_refused: Sequence[bool], *, labels_file:
     models = sorted({row.model for row in rows if row.model})
     block["models"] = models
     others = [i for i, keep in enumerate(own) if not keep]
-    named = ", ".join(models) if models else ""
+    named = names(models)
     if others:
         rest = figures([rows[i] for i in others], [judged_refused[i] for i in others])
         whose = sorted({rows[i].model for i in others if rows[i].model})
         block["not_this_model"] = {"labelled": len(others), "models": whose, "agreement": rest["agreement"]}
         block["other_model"] = (
-            f"{len(others)} more labels are of replies by {', '.join(whose) or 'a model they do not name'} that are "
+            f"{len(others)} more labels are of replies by {names(whose) or 'a model they do not name'} that are "
             f"not in this run: not counted above (the judge agrees with them on {pct(rest['agreement']['value'])})")
     elif scope == "other_models":
         block["other_model"] = (f"the labels are of replies by {named}; this run asks {run_model}: none is this "

@@ -265,6 +265,9 @@ def test_the_audit_speaks_only_of_this_models_replies_and_says_whose_they_are() 
     assert "of replies by a model the labels do not name, none of them in this run" in summary_line(nameless)
     assert "of this model's replies" not in summary_line(nameless)
     assert "of the labelled replies" in summary_line(audit_of("prefix", unnamed, run_model=None))  # judge-eval: no run
+    many = [Label(r.prompt, r.response, r.label, model=f"m{i % 5}" + "x" * 500) for i, r in enumerate(theirs)]
+    note = audit_of("prefix", many)["other_model"]
+    assert "and 2 more; this run asks" in note and len(note) < 400  # the file is anyone's text
 
 
 def test_the_audit_of_an_adapted_judge_shows_the_shipped_judges_agreement() -> None:
