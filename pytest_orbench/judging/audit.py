@@ -7,7 +7,8 @@ from the labels). Estimated for all of the run's replies, not for the sample: `o
 flips and unsure replies, where a judge errs more, so each row weighs its stratum's share of the run's
 replies over the rows labelled in that stratum. Rows without a recorded stratum count alike.
 Of this model's replies only (`scope_of`): labels of other models' replies are counted apart, and when
-there is none of this model's the audit says whose replies its figures are of.
+there is none of this model's the audit says whose replies its figures are of. The gate's checks of the judge
+against the labels (`gate_checks`) are worded here, beside the figures they read.
 """
 
 from __future__ import annotations
