@@ -5,7 +5,7 @@ out-of-sample predictions on those labels for the audit.
 Why: each model words its refusals its own way. The shipped weights, fitted on other models' replies,
 agree 79-94% with people per model; refitting on 100 labelled replies of the model under test gained
 ~5 pp on the rest of its replies (issue 32; the measurement and the choice of STRENGTH: docs/judges.md).
-What the labels must hold before the judge learns from them is `label_checks`.
+What the labels must hold before the judge learns from them is `label_problem`.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def examples_of(labels: Sequence[Label]) -> list[Example]:
 
 
 # The design of the labels last read: a run adapts its judge at the start and audits it at the end on the same
-# labels, and reading 10,000 replies into features takes ~15 s. Keyed by every reply and label, in order.
+# labels, and reading 10,000 replies into features takes ~6 s. Keyed by every reply and label, in order.
 _last: dict[str, Any] = {}
 
 

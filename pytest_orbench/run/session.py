@@ -18,7 +18,7 @@ from pytest_orbench.core.datasets.prompts import Dataset, DatasetError, check_un
 from pytest_orbench.core.datasets.sampling import stratified_sample
 from pytest_orbench.core.records import BaselineDocument
 from pytest_orbench.fetch.coordinator import Coordinator
-from pytest_orbench.judging.adaptation import adapt
+from pytest_orbench.judging.adaptation import adapt, label_problem
 from pytest_orbench.judging.keyword_weights import load_model
 from pytest_orbench.judging.labels import Label, LabelsError, labelled, load_labels
 from pytest_orbench.judging.registry import adaptable, make_judge
@@ -65,6 +65,9 @@ class OrbenchPlugin:
         if settings.judge_labels is not None:
             try:  # checked at configure; read again here, so a file changed since is checked again
                 labels = labelled(load_labels(settings.judge_labels))
+                problem = label_problem(labels, adaptable(settings.judge))
+                if problem:
+                    raise LabelsError(f"judge labels file {settings.judge_labels}: {problem}")
                 if adaptable(settings.judge):
                     keyword_model = adapt(load_model(), labels)  # deterministic: every xdist worker fits alike
             except LabelsError as exc:

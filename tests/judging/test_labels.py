@@ -639,7 +639,7 @@ def test_labels_that_change_after_the_check_are_a_usage_error_not_an_internal_er
     """)
     result = pytester.runpytest(*mock_args(mock, "--orbench-judge-labels", "labels.csv"))
     assert result.ret == 4
-    assert "judge labels: all 40 labels are refusal or partial_refusal" in result.stderr.str()
+    assert "labels.csv: all 40 labels are refusal or partial_refusal" in result.stderr.str()
     assert stats(mock.url)["requests"] == 0
 
 
