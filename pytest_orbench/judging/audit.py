@@ -105,7 +105,7 @@ def scope_of(rows: Sequence[Label], run_model: str | None, run_replies: set[str]
     if run_model is None:
         return "labelled", [True] * len(rows)
     own = [row.model == run_model or row.key in run_replies for row in rows]
-    if any(own):
+    if any(own) or not rows:  # (none judged at all: the audit says so, not whose they are)
         return "this_model", own
     return ("other_models" if any(row.model for row in rows) else "unknown_model"), [True] * len(rows)
 
