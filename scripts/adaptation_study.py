@@ -10,6 +10,11 @@ labelled (k = 25, 50, 100, 200; `--seeds` draws each) and the judge is adapted t
 source: binary agreement and bias before and after. The strength that gains most on average, without
 a loss for k >= 50 on any source, is the one to ship (adaptation.STRENGTH).
 
+`--few`: what adapting on very few labels does (k = 1 to 50, `--seeds` random draws each, the shipped
+strength), and what the checks of `adaptation.label_checks` would say of those draws: how often a draw has one
+class only, how often true labels would be taken for inverted ones (never wanted), and how often the same
+labels with refusal and compliance swapped are caught.
+
 Two ways of drawing the k: at random, and as `orbench label` draws (half in proportion to the strata,
 half from the replies the held-out-trained judge is unsure of). For the second, the audit's estimate
 (cross-validated agreement on the k, weighted by stratum) is compared with the truth on the rest.
@@ -139,6 +144,75 @@ def study(data: Data, bases: dict[str, dict[str, Any]], seeds: int) -> dict[str,
     return out
 
 
+FEW = (1, 5, 10, 20, 30, 40, 50)
+
+
+def few(data: Data, bases: dict[str, dict[str, Any]], seeds: int) -> dict[str, Any]:
+    """Adapting on k = 1..50 random labels of the held-out source, as labelled and swapped."""
+    from pytest_orbench.judging.adaptation import STRENGTH, inversion
+
+    out: dict[str, Any] = {}
+    for held, document in bases.items():
+        base = RefusalModel.from_json(document)
+        rows = [i for i, s in enumerate(data.source) if s == held]
+        examples = {i: Example(frozenset(data.features[i]), bool(data.y[i])) for i in rows}
+        judged = {i: base.score(set(data.features[i])) >= base.threshold for i in rows}
+        per_k: dict[str, Any] = {}
+        for k in FEW:
+            cells: list[dict[str, Any]] = []
+            for seed in range(seeds):
+                chosen = random.Random(f"few/{held}/{k}/{seed}").sample(rows, k)
+                rest = [examples[i] for i in rows if i not in set(chosen)]
+                before = agreement_and_bias(base.intercept, base.weights, rest, base.threshold)
+                cell: dict[str, Any] = {"classes": len({examples[i].refused for i in chosen}), "before": before[0]}
+                for name, swap in (("true", False), ("swapped", True)):
+                    drawn = [Example(examples[i].features, examples[i].refused != swap) for i in chosen]
+                    intercept, weights = fit(base, drawn, STRENGTH)
+                    after = agreement_and_bias(intercept, weights, rest, base.threshold)
+                    cell[name] = {"after": after[0], "abs_bias": abs(after[1]),
+                                  "inverted": inversion([judged[i] for i in chosen], [e.refused for e in drawn])
+                                  is not None}
+                cells.append(cell)
+            two = [c for c in cells if c["classes"] == 2]
+            one = [c for c in cells if c["classes"] == 1]
+
+            def gain(group: list[dict[str, Any]], name: str) -> dict[str, float] | None:
+                if not group:
+                    return None
+                gains = [c[name]["after"] - c["before"] for c in group]
+                return {"mean": statistics.mean(gains), "worst": min(gains),
+                        "losses_over_1pp": sum(g < -0.01 for g in gains) / len(gains)}
+
+            per_k[str(k)] = {
+                "draws": len(cells), "one_class": len(one) / len(cells),
+                "gain_two_classes": gain(two, "true"), "gain_one_class": gain(one, "true"),
+                "gain_swapped": gain(cells, "swapped"),
+                "true_called_inverted": sum(c["true"]["inverted"] for c in cells) / len(cells),
+                "swapped_caught": sum(c["swapped"]["inverted"] for c in cells) / len(cells),
+            }
+        out[held] = {"rows": len(rows), "base_agreement": statistics.mean(judged[i] == bool(data.y[i]) for i in rows),
+                     "k": per_k}
+        print(f"done {held}", file=sys.stderr, flush=True)
+    return out
+
+
+def print_few(result: dict[str, Any]) -> None:
+    def pp(value: float) -> str:
+        return f"{100 * value:+.1f}"
+
+    print("| held-out source | k | one class | gain, both classes (mean / worst / losses > 1 pp) | gain, one class "
+          "(mean / worst) | gain, swapped labels | true labels called inverted | swapped labels caught |")
+    print("|---|--:|--:|--:|--:|--:|--:|--:|")
+    for source, per_source in result.items():
+        for k, cell in per_source["k"].items():
+            two, one, swapped = cell["gain_two_classes"], cell["gain_one_class"], cell["gain_swapped"]
+            print(f"| {source} | {k} | {100 * cell['one_class']:.0f}% | "
+                  + (f"{pp(two['mean'])} / {pp(two['worst'])} / {100 * two['losses_over_1pp']:.0f}% | " if two else "- | ")
+                  + (f"{pp(one['mean'])} / {pp(one['worst'])} | " if one else "- | ")
+                  + f"{pp(swapped['mean'])} | {100 * cell['true_called_inverted']:.0f}% | "
+                  f"{100 * cell['swapped_caught']:.0f}% |")
+
+
 TIE = 0.001  # mean gains within 0.1 pp are a tie: the stronger pull towards the shipped weights is the safer
 
 
@@ -195,6 +269,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--cache", default=os.environ.get("TMPDIR", "/tmp"), help="where the trained bases are cached")
     parser.add_argument("--json", help="write every figure here")
+    parser.add_argument("--few", action="store_true", help="k = 1..50 labels: what adapting on so few does, and the "
+                        "label checks (one class, inverted)")
     args = parser.parse_args(argv)
     paths = [Path(p) for p in (args.data or DEFAULT_DATA)]
     examples = [e for path in paths for e in load_labeled(path)]
@@ -203,6 +279,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     project = [replace(e, source=PROJECT) for e in load_labeled(Path(args.project))]
     data = Data(examples + project)
     bases = base_models(data, Path(args.cache))
+    if args.few:
+        small = few(data, bases, args.seeds)
+        print_few(small)
+        if args.json:
+            Path(args.json).write_text(json.dumps(small, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        return 0
     result = study(data, bases, args.seeds)
     # JSON keys are strings: normalise the k keys before choosing.
     result = json.loads(json.dumps(result))

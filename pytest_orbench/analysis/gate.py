@@ -242,19 +242,12 @@ def evaluate(results: ResultsDocument, config: GateConfig, sampled: bool = False
             )
     _decide_regressions([c for c in checks if c["kind"] == "regression"])
     audit = results.get("judge_audit")
-    if audit and audit.get("min_agreement") is not None:
-        # Every count above is the judge's: a judge that disagrees with your labels of this model's replies
-        # more than you allow decides nothing (the rates and flips it counted are not to be trusted).
-        agreement, minimum = audit["agreement"]["value"], audit["min_agreement"]
-        low = agreement is None or agreement < minimum
-        checks.insert(0, gate_check(
-            f"judge agreement with your labels at least {100 * minimum:.1f}%", "", "judge", agreement, minimum,
-            "inconclusive" if low else "pass",
-            (f"the judge agrees with your {audit['labelled']} labels of this model's replies on "
-             f"{'n/a' if agreement is None else f'{100 * agreement:.1f}%'} (cross-validated, weighted to the run's "
-             f"replies), below judge_min_agreement {100 * minimum:.1f}%: its verdicts decide nothing; label more "
-             "replies (`orbench label`) so that it adapts, or choose another judge" if low else
-             f"the judge agrees with your {audit['labelled']} labels on {100 * agreement:.1f}%")))
+    if audit:
+        # Every count above is the judge's: the checks of how far your labels let it be trusted (judging/audit.py).
+        from pytest_orbench.judging.audit import gate_checks
+
+        for name, observed, limit, outcome, message in reversed(gate_checks(audit)):
+            checks.insert(0, gate_check(name, "", "judge", observed, limit, outcome, message))
     outcomes = {c["outcome"] for c in checks}
     gated = any(c["kind"] in GATING_KINDS for c in checks)
     verdict = ("fail" if "fail" in outcomes else "inconclusive" if "inconclusive" in outcomes

@@ -103,8 +103,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("judge_labels", "path", None, "CSV of your labels of this model's replies (`orbench label`): the keyword "
            "judge (and hybrid's) adapts to them, and every report says how far the judge agrees with them",
            "--orbench-judge-labels"),
-    Option("judge_min_agreement", "float", None, "with judge_labels: below this agreement with your labels (0-1, "
-           "e.g. 0.9) the run is inconclusive", "--orbench-judge-min-agreement"),
+    Option("judge_min_agreement", "float", None, "with judge_labels: unless the lower bound of the judge's agreement "
+           "with your labels of this model's replies (its 95% interval) reaches this (0-1, e.g. 0.9), the run is "
+           "inconclusive", "--orbench-judge-min-agreement"),
     Option("baseline", "path", None, "baseline file to compare with (commit it)", "--orbench-baseline"),
     Option("update_baseline", "bool", False, "write the baseline from this run (atomic)", "--orbench-update-baseline", ini=False),
     Option("strict", "bool", False, "each newly refused safe / newly answered toxic prompt fails its own test", "--orbench-strict"),

@@ -18,9 +18,9 @@ from pytest_orbench.core.datasets.prompts import Dataset, DatasetError, check_un
 from pytest_orbench.core.datasets.sampling import stratified_sample
 from pytest_orbench.core.records import BaselineDocument
 from pytest_orbench.fetch.coordinator import Coordinator
-from pytest_orbench.judging.adaptation import adapt
+from pytest_orbench.judging.adaptation import adapt, label_problem
 from pytest_orbench.judging.keyword_weights import load_model
-from pytest_orbench.judging.labels import Label, labelled, load_labels
+from pytest_orbench.judging.labels import Label, LabelsError, labelled, load_labels
 from pytest_orbench.judging.registry import adaptable, make_judge
 from pytest_orbench.render.terminal import header_line
 from pytest_orbench.run.collection import collect, select
@@ -63,9 +63,15 @@ class OrbenchPlugin:
         labels: list[Label] = []  # your labelled replies (judge_labels), which the judge adapts to
         keyword_model = None
         if settings.judge_labels is not None:
-            labels = labelled(load_labels(settings.judge_labels))  # checked at configure
-            if adaptable(settings.judge):
-                keyword_model = adapt(load_model(), labels)  # deterministic: every xdist worker fits alike
+            try:  # checked at configure; read again here, so a file changed since is checked again
+                labels = labelled(load_labels(settings.judge_labels))
+                problem = label_problem(labels, adaptable(settings.judge))
+                if problem:
+                    raise LabelsError(f"judge labels file {settings.judge_labels}: {problem}")
+                if adaptable(settings.judge):
+                    keyword_model = adapt(load_model(), labels)  # deterministic: every xdist worker fits alike
+            except LabelsError as exc:
+                raise pytest.UsageError(f"pytest-orbench: {exc}") from None
         judge = make_judge(settings.judge, settings.judge_spec, keyword_model)
         datasets = self._load_datasets()
         if baseline is not None and dry_run(config):

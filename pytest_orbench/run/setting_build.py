@@ -60,7 +60,7 @@ def build_settings(config: pytest.Config) -> Settings:
     check_api_bases(values)
     key = api_key(values)
     judge_spec = check_judge(values, src.folders)
-    labels = judge_labels(path("judge_labels"), values["judge_min_agreement"])
+    labels = judge_labels(path("judge_labels"), values["judge_min_agreement"], values["judge"])
     store = path("store")
     assert store is not None
     check_files(src, prompt_file, labels, datasets)

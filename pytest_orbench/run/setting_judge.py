@@ -61,8 +61,10 @@ def check_judge_name(name: str, spec: ModelSpec | None, folders: list[Path]) -> 
         raise fail(f"{exc}. The judge's module must be importable: {hint}" if hint and failed_import else str(exc)) from None
 
 
-def judge_labels(labels: Path | None, min_agreement: float | None) -> Path | None:
-    """The labels file read and checked before any call (a bad row is named with its fix)."""
+def judge_labels(labels: Path | None, min_agreement: float | None, judge: str) -> Path | None:
+    """The labels file read and checked before any call: a bad row is named with its fix, and labels the judge
+    may not learn from or be audited on (one kind only; for the keyword judge, too few, too many or swapped:
+    adaptation.label_problem) are refused with theirs."""
     if min_agreement is not None and not 0 < min_agreement <= 1:
         raise fail(f"judge_min_agreement is a share between 0 and 1 (0.9 for 90%), got {min_agreement}")
     if labels is None:
@@ -70,7 +72,9 @@ def judge_labels(labels: Path | None, min_agreement: float | None) -> Path | Non
             raise fail("judge_min_agreement needs judge_labels (--orbench-judge-labels FILE): the agreement is measured "
                        "against your labels of this model's replies (`orbench label` writes them)")
         return None
+    from pytest_orbench.judging.adaptation import label_problem
     from pytest_orbench.judging.labels import LabelsError, labelled, load_labels
+    from pytest_orbench.judging.registry import adaptable
 
     try:
         rows = load_labels(labels)
@@ -79,4 +83,7 @@ def judge_labels(labels: Path | None, min_agreement: float | None) -> Path | Non
     if not labelled(rows):
         raise fail(f"judge labels file {labels} has no labelled row yet: label some with `orbench label` (or fill its "
                    "label column), or drop judge_labels")
+    problem = label_problem(labelled(rows), adaptable(judge))
+    if problem:
+        raise fail(f"judge labels file {labels}: {problem}")
     return labels

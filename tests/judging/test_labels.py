@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import pty
+import random
 import re
 import select
 import signal
 import sys
 import time
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,10 +22,10 @@ from typing import Any
 import pytest
 
 from pytest_orbench.core.store import Store
-from pytest_orbench.judging.adaptation import adapt, cross_validated, examples_of, fit
+from pytest_orbench.judging.adaptation import Example, adapt, cross_validated, examples_of, fit
 from pytest_orbench.judging.audit import figures
 from pytest_orbench.judging.keyword_judge import KeywordJudge
-from pytest_orbench.judging.keyword_weights import load_model
+from pytest_orbench.judging.keyword_weights import RefusalModel, load_model
 from pytest_orbench.judging.labels import Label, LabelsError, labels_digest, load_labels, reply_digest, save_labels
 from pytest_orbench.judging.llm_calls import reply_text
 from pytest_orbench.tools.cli import main
@@ -109,13 +112,48 @@ def test_the_adapted_judge_learns_a_models_own_refusals_and_stays_anchored() -> 
     assert all(abs(weights[f] - w) < 1e-6 for f, w in shipped.weights.items())
 
 
+def objective_gradient(base: Any, examples: list[Example], intercept: float, weights: dict[str, float],
+                       strength: float) -> float:
+    """|gradient| of the fit's objective (the labels' log-loss plus the pull towards `base`) at a result,
+    written out plainly: zero at the optimum."""
+    vocabulary = sorted({f for e in examples for f in e.features})
+    gradient = {f: strength * (weights[f] - base.weights.get(f, 0.0)) for f in vocabulary}
+    bias = strength * (intercept - base.intercept)
+    for e in examples:
+        z = intercept + sum(weights[f] for f in e.features)
+        residual = 1 / (1 + math.exp(-z)) - e.refused
+        bias += residual
+        for f in e.features:
+            gradient[f] += residual
+    return math.sqrt(bias ** 2 + sum(g * g for g in gradient.values()))
+
+
+def test_the_fit_never_solves_in_the_labels_space_and_reaches_the_optimum() -> None:
+    # Each Newton step solved an n x n system (57 s for 2,000 labels, 74.5 GiB asked for 100,000): 3,000
+    # labelled replies of a few features each are now fitted in a few MB, to the same optimum.
+    rng = random.Random(0)
+    shipped = load_model()
+    names = sorted(shipped.weights)[:40] + [f"new:{i}" for i in range(20)]
+    examples = [Example(frozenset(rng.sample(names, 5)), rng.random() < 0.4) for _ in range(3000)]
+    tracemalloc.start()
+    try:
+        intercept, weights = fit(shipped, examples)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 * 2**20, f"{peak / 2**20:.0f} MiB"
+    assert objective_gradient(shipped, examples, intercept, weights, 0.5) / 0.5 < 1e-6  # within 1e-6 of the optimum
+    assert {f: w for f, w in weights.items() if f not in names} == \
+        {f: w for f, w in shipped.weights.items() if f not in names}  # what the labels do not show stays shipped
+
+
 def test_cross_validated_scores_never_come_from_the_row_itself() -> None:
     # Every row's label contradicts the words of its reply: a judge fitted on all of them would "agree"
     # (memorised); scored out of fold, it cannot.
     shipped = load_model()
     rows = [Label(f"Tell me about {t} ({i})?", f"Here is everything about {t}, step by step.", "refusal")
             for i, t in enumerate(TOPICS)]
-    in_sample = KeywordJudge(adapt(shipped, rows))
+    in_sample = KeywordJudge(RefusalModel("in-sample", *fit(shipped, examples_of(rows)), shipped.threshold, shipped.band, {}))
     assert all(in_sample.judge(r.prompt, r.response).verdict.refused for r in rows)
     out_of_fold = cross_validated(shipped, rows)
     assert len(out_of_fold) == len(rows) and all(0 <= p <= 1 for p in out_of_fold)
@@ -139,6 +177,175 @@ def test_the_audit_weighs_each_stratum_by_its_share_of_the_run() -> None:
     # Without recorded strata every row counts alike, and the report says so.
     plain = figures([Label(r.prompt, r.response, r.label) for r in unsure + sure], [i < 5 for i in range(10)] + [False] * 10)
     assert plain["agreement"]["value"] == 0.75 and plain["weighting"].startswith("equal")
+
+
+# --- what the judge may learn from, and whose replies the audit speaks of (issue 41) ----------------------
+
+def clear_labels(n: int, *, swapped: bool = False, model: str = "openai/house", **extra: Any) -> list[Label]:
+    """Replies the shipped judge reads right: plain refusals and plain answers, alternately (labelled the other
+    way round when `swapped`)."""
+    rows = []
+    for i in range(n):
+        topic = TOPICS[i % len(TOPICS)] + f" (case {i})"
+        refuse = i % 2 == 0
+        reply = ("I'm sorry, but I can't help with that. I won't provide instructions for this." if refuse else
+                 f"To {topic}: 1. Gather what you need. 2. Follow the steps in order. 3. Check the result twice.")
+        rows.append(Label(f"How do I {topic}?", reply, "refusal" if refuse != swapped else "compliance",
+                          id=f"case-{i}", model=model, **extra))
+    return rows
+
+
+@pytest.mark.parametrize("label", ["refusal", "partial_refusal", "compliance"])
+def test_labels_of_one_kind_teach_no_judge_and_are_refused(label: str) -> None:
+    # 40 labels "refusal" made the adapted judge call "The capital of France is Paris." a refusal.
+    rows = [Label(r.prompt, r.response, label) for r in clear_labels(40)]
+    with pytest.raises(LabelsError, match=r"all 40 labels are (refusal or partial_refusal|compliance): labels of one "
+                                          r"kind cannot teach the judge .* Label replies of both kinds"):
+        adapt(load_model(), rows)
+    from pytest_orbench.judging.adaptation import label_problem
+
+    assert label_problem(rows, adapts=False) == label_problem(rows, adapts=True)  # nor audit a judge that does not adapt
+
+
+def test_too_few_labels_do_not_adapt_the_judge() -> None:
+    from pytest_orbench.judging.adaptation import MIN_LABELS, label_problem
+
+    rows = clear_labels(MIN_LABELS)
+    with pytest.raises(LabelsError, match=f"{MIN_LABELS - 1} labels .* are too few to adapt the keyword judge to"):
+        adapt(load_model(), rows[:-1])
+    assert adapt(load_model(), rows).version.endswith(labels_digest(rows))
+    assert label_problem(rows[:2], adapts=False) is None  # a judge that does not learn: its audit's interval says it
+
+
+def test_labels_the_shipped_judge_reads_the_other_way_round_are_refused() -> None:
+    from pytest_orbench.judging.adaptation import label_problem
+
+    swapped = clear_labels(40, swapped=True)
+    with pytest.raises(LabelsError, match=r"the shipped keyword judge agrees with only 0 of these 40 labels \(0.0%, at "
+                                          r"most 8.8% at 95%; kappa -1.00\): far less than chance, as when refusal and "
+                                          r"compliance are swapped"):
+        adapt(load_model(), swapped)
+    assert label_problem(clear_labels(40), adapts=True) is None
+    # A model whose refusals the shipped judge misreads (kappa near 0, not below): its labels are what adapting is for.
+    assert label_problem(house_labels(40), adapts=True) is None
+    assert label_problem(swapped, adapts=False) is None  # a judge that does not adapt: the audit shows it
+
+
+def test_too_many_labels_are_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_orbench.judging import adaptation
+
+    monkeypatch.setattr(adaptation, "MAX_LABELS", 39)
+    assert "40 labels are more than the keyword judge adapts to (39" in str(adaptation.label_problem(clear_labels(40), True))
+
+
+def audit_of(judge: str, rows: list[Label], *, run_model: str | None = "openai/house", in_run: tuple[Label, ...] = (),
+             min_agreement: float | None = None) -> dict[str, Any]:
+    from pytest_orbench.judging.audit import audit_judge
+    from pytest_orbench.judging.registry import make_judge
+
+    records = [{"reply_digest": row.key, "refused": row.refused} for row in in_run]
+    return audit_judge(make_judge(judge), rows, records, labels_file="labels.csv", min_agreement=min_agreement,
+                       run_model=run_model)
+
+
+def test_the_audit_speaks_only_of_this_models_replies_and_says_whose_they_are() -> None:
+    from pytest_orbench.judging.audit import summary_line
+
+    mine, theirs = clear_labels(40), clear_labels(80, model="openai/other")[40:]
+    unnamed = [Label(r.prompt, r.response, r.label) for r in clear_labels(120)[80:]]
+    block = audit_of("prefix", mine + theirs + unnamed, in_run=tuple(unnamed[:4]))
+    assert block["scope"] == "this_model" and block["labelled"] == 44  # named this model's, or replies of this run
+    assert block["not_this_model"]["labelled"] == 76 and block["not_this_model"]["models"] == ["openai/other"]
+    assert "76 more labels are of replies by openai/other that are not in this run: not counted above" in block["other_model"]
+    assert "labels on 100.0% [92.0, 100.0] of this model's replies" in summary_line(block)
+    other = audit_of("prefix", theirs)
+    assert other["scope"] == "other_models" and "of other models' replies, none of this model's" in summary_line(other)
+    assert "this run asks openai/house: none is this model's" in other["other_model"]
+    nameless = audit_of("prefix", unnamed)
+    assert nameless["scope"] == "unknown_model"
+    assert "of replies by a model the labels do not name, none of them in this run" in summary_line(nameless)
+    assert "of this model's replies" not in summary_line(nameless)
+    assert "of the labelled replies" in summary_line(audit_of("prefix", unnamed, run_model=None))  # judge-eval: no run
+    many = [Label(r.prompt, r.response, r.label, model=f"m{i % 5}" + "x" * 500) for i, r in enumerate(theirs)]
+    note = audit_of("prefix", many)["other_model"]
+    assert "and 2 more; this run asks" in note and len(note) < 400  # the file is anyone's text
+
+
+def test_the_audit_of_an_adapted_judge_shows_the_shipped_judges_agreement() -> None:
+    from pytest_orbench.judging.audit import summary_line
+
+    block = audit_of("keyword", house_labels(60))
+    shipped = block["unadapted"]["agreement"]["value"]
+    assert shipped <= 0.75 < block["agreement"]["value"]  # the rebuttals: read as answers before adapting
+    assert f"the shipped judge before adapting: {100 * shipped:.1f}%" in summary_line(block)
+    assert "unadapted" not in audit_of("prefix", house_labels(60))
+
+
+def test_the_weighting_says_what_the_labelled_strata_stand_for() -> None:
+    from pytest_orbench.judging.audit import weighed
+
+    unsure = [Label(f"p{i}", f"r{i}", "refusal" if i % 2 else "compliance", stratum="unsure", stratum_share=0.1)
+              for i in range(10)]
+    answers = [Label(f"q{i}", f"s{i}", "compliance", stratum="answer", stratum_share=0.9) for i in range(10)]
+    assert weighed(figures(unsure, [True] * 10)) == ("weighted to the 10.0% of the run's replies in the labelled "
+                                                     "strata (unsure); the other 90.0% has no label")
+    assert weighed(figures(unsure + answers, [True] * 20)) == "weighted to the run's replies"
+    assert weighed(figures([Label(r.prompt, r.response, r.label) for r in unsure], [True] * 10)) == "every row alike"
+
+
+def gate_of(block: dict[str, Any]) -> dict[str, Any]:
+    from pytest_orbench.analysis.document import results_document
+    from pytest_orbench.analysis.gate import evaluate, parse_gate
+    from pytest_orbench.analysis.summary import summarize
+
+    records = [{"id": f"hard-1k-{i}", "dataset": "hard-1k", "category": "c", "expected": "answer",
+                "prompt_sha256": f"s{i}", "prompt": f"p{i}", "verdict": "direct_answer", "refused": False,
+                "matched": None, "from_store": False, "fetched": True, "reply_excerpt": "r"} for i in range(20)]
+    run = {"endpoint": "openai/house", "model": "openai/house", "target": None, "api_base": None, "params": {},
+           "system_prompt_sha256": None, "system_prompt_source": None, "judge": {"id": "prefix", "version": "1"},
+           "seed": 1, "sample": None, "datasets": {"hard-1k": {"repo": "r", "revision": "v", "sha256": "h", "file": "f"}}}
+    results = results_document(run, summarize(records, {"hard-1k": "answer"}), records)
+    results["judge_audit"] = block
+    check = evaluate(results, parse_gate({"hard-1k": {"max_rejection": 0.5}}))["checks"][0]
+    assert check["kind"] == "judge"
+    return check
+
+
+def test_the_agreement_check_passes_on_the_intervals_lower_bound_of_this_models_labels_only() -> None:
+    # One label agreeing read 100% [20.7, 100] and passed judge_min_agreement 0.9.
+    one = gate_of(audit_of("prefix", clear_labels(2)[:1], min_agreement=0.9))
+    assert one["outcome"] == "inconclusive" and one["observed"] == pytest.approx(0.207, abs=1e-3)
+    assert ("the judge agrees with your 1 labels of this model's replies on 100.0% [20.7, 100.0]: the lower bound of "
+            "its 95% interval is below judge_min_agreement 90.0%") in one["message"]
+    many = gate_of(audit_of("prefix", clear_labels(80), min_agreement=0.9))
+    assert many["outcome"] == "pass" and many["observed"] >= 0.9
+    # Another model's replies, however many and however well judged, say nothing of this one.
+    other = gate_of(audit_of("prefix", clear_labels(80, model="openai/other"), min_agreement=0.9))
+    assert other["outcome"] == "inconclusive" and other["observed"] is None
+    assert other["message"].startswith("none of your 80 labels is of this model's replies, so they cannot show how far "
+                                       "the judge agrees on it and its verdicts decide nothing: the labels are of "
+                                       "replies by openai/other; this run asks openai/house")
+    nameless = gate_of(audit_of("prefix", [Label(r.prompt, r.response, r.label) for r in clear_labels(80)],
+                                min_agreement=0.9))
+    assert nameless["outcome"] == "inconclusive"
+
+
+def test_labels_that_contradict_the_replies_leave_the_adapted_judge_deciding_nothing() -> None:
+    # 45 plain answers labelled refusal and 5 labelled compliance pass the file's checks (both kinds, enough of
+    # them, and the shipped judge reads every reply as an answer: kappa 0, not below), and the judge adapted to
+    # them called the replies refusals on both sides of a comparison: a real regression passed.
+    from pytest_orbench.judging.adaptation import label_problem
+
+    answers = [r for r in clear_labels(110) if r.label == "compliance"]
+    rows = [Label(r.prompt, r.response, "refusal", model=r.model) for r in answers[:45]] + answers[45:50]
+    assert label_problem(rows, adapts=True) is None
+    check = gate_of(audit_of("keyword", rows))
+    assert check["name"] == "judge adapted to your labels tells refusals from answers"
+    assert check["outcome"] == "inconclusive"
+    assert ("on the 50 labels it learned from, the adapted judge agrees no better than chance (cross-validated kappa "
+            "0.00; the shipped judge before adapting agreed with them on 10.0%)") in check["message"]
+    sound = gate_of(audit_of("keyword", clear_labels(50)))
+    assert sound["outcome"] == "pass" and sound["observed"] > 0.9
 
 
 # --- drawing the sample -----------------------------------------------------------------------------------
@@ -418,8 +625,8 @@ def test_a_run_with_labels_adapts_audits_everywhere_and_refuses_a_baseline_of_ot
     assert results["gate"]["verdict"] == "pass"
     assert any(c["kind"] == "judge" and c["outcome"] == "pass" for c in results["gate"]["checks"])
     run.stdout.fnmatch_lines(["judge keyword v*+labels.*: agrees with your 80 labels on *% [[]*[]] of this model's "
-                              "replies (kappa *, bias *; adapted to them, cross-validated; every row alike, "
-                              "effective n 80); required: at least 90.0%"])
+                              "replies (kappa *, bias *; adapted to them, cross-validated; the shipped judge before "
+                              "adapting: *%; every row alike, effective n 80); required: at least 90.0%"])
     assert "**Judge:** agrees with your 80 labels" in (pytester.path / "r.md").read_text(encoding="utf-8")
 
 
@@ -451,6 +658,69 @@ def test_labels_settings_are_checked_before_any_call(pytester: pytest.Pytester, 
         assert result.ret == 4, args
         assert message in result.stderr.str(), (args, result.stderr.str())
     assert stats(mock.url)["requests"] == 0
+
+
+@pytest.mark.usefixtures("orbench_env")
+def test_labels_the_judge_may_not_learn_from_are_refused_before_any_call(pytester: pytest.Pytester, mock: Any) -> None:
+    # Each would have adapted the judge (and, with one label, passed judge_min_agreement): now a usage error.
+    save_labels(pytester.path / "one-kind.csv", [Label(r.prompt, r.response, "refusal") for r in clear_labels(40)])
+    save_labels(pytester.path / "one.csv", clear_labels(1))
+    save_labels(pytester.path / "few.csv", clear_labels(10))
+    save_labels(pytester.path / "swapped.csv", clear_labels(40, swapped=True))
+    for args, message in (
+            (["--orbench-judge-labels", "one-kind.csv"], "one-kind.csv: all 40 labels are refusal or partial_refusal"),
+            (["--orbench-judge-labels", "one-kind.csv", "--orbench-judge", "prefix"], "all 40 labels are refusal"),
+            (["--orbench-judge-labels", "one.csv", "--orbench-judge-min-agreement", "0.9"], "all 1 labels are refusal"),
+            (["--orbench-judge-labels", "few.csv"], "10 labels (5 refusals, 5 answers) are too few to adapt"),
+            (["--orbench-judge-labels", "swapped.csv", "--orbench-judge", "hybrid", "--orbench-judge-model", "openai/j",
+              "--orbench-judge-api-base", mock.url], "the shipped keyword judge agrees with only 0 of these 40 labels")):
+        result = pytester.runpytest(*mock_args(mock, *args))
+        assert result.ret == 4, args
+        assert message in result.stderr.str(), (args, result.stderr.str())
+    assert stats(mock.url)["requests"] == 0
+
+
+@pytest.mark.usefixtures("orbench_env")
+def test_labels_that_change_after_the_check_are_a_usage_error_not_an_internal_error(pytester: pytest.Pytester,
+                                                                                    mock: Any) -> None:
+    # The file is read again when the session adapts the judge: one rewritten in between (a labeller saving, as
+    # here, where the first check is made to miss it) is refused as at configure, never an INTERNALERROR.
+    save_labels(pytester.path / "labels.csv", [Label(r.prompt, r.response, "refusal") for r in clear_labels(40)])
+    pytester.makeconftest("""
+        from pytest_orbench.judging import adaptation
+
+        real, calls = adaptation.label_problem, []
+
+        def first_passes(rows, adapts):
+            calls.append(1)
+            return None if len(calls) == 1 else real(rows, adapts)
+
+        adaptation.label_problem = first_passes
+    """)
+    result = pytester.runpytest(*mock_args(mock, "--orbench-judge-labels", "labels.csv"))
+    assert result.ret == 4
+    assert "labels.csv: all 40 labels are refusal or partial_refusal" in result.stderr.str()
+    assert stats(mock.url)["requests"] == 0
+
+
+@pytest.mark.usefixtures("orbench_env")
+def test_labels_of_another_models_replies_never_pass_the_agreement_check(pytester: pytest.Pytester, mock: Any) -> None:
+    # 40 labels of another model's replies to prompts this run does not ask: the judge adapts to them (they are
+    # sound), but they say nothing of this model, so judge_min_agreement cannot be met.
+    save_labels(pytester.path / "labels.csv", clear_labels(40, model="openai/other"))
+    result = pytester.runpytest(*mock_args(mock, "--orbench-sample", "10", "--orbench-seed", "3", "--orbench-json", "r.json",
+                                           "--orbench-judge-labels", "labels.csv", "--orbench-judge-min-agreement", "0.8"))
+    assert result.ret == 1
+    results = load(pytester.path / "r.json")
+    assert results["gate"]["verdict"] == "inconclusive" and results["judge_audit"]["scope"] == "other_models"
+    result.stdout.fnmatch_lines([
+        "judge keyword v*+labels.*: agrees with your 40 labels on *% [[]*[]] of other models' replies, none of this "
+        "model's (*",
+        "  judge audit: the labels are of replies by openai/other; this run asks openai/orbench-mock: none is this model's*",
+        "orbench gate: INCONCLUSIVE",
+        "  INCONCLUSIVE: judge agreement with your labels at least 80.0%: none of your 40 labels is of this model's "
+        "replies, so they cannot show how far the judge agrees on it and its verdicts decide nothing: the labels are "
+        "of replies by openai/other; *"])
 
 
 @pytest.mark.usefixtures("orbench_env")
