@@ -8,6 +8,7 @@ and read back by `orbench compare` and the Action. The one boundary from JSON is
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -46,10 +47,7 @@ def record_of(name: str, value: object) -> PromptRecord | None:
 
 
 def reply_sha256(text: str) -> str:
-    """Which reply a verdict was on: 16 hex digits of the SHA-256 of its text (records and baselines keep it beside
-    the reply's store key, whose record a later call of the same request replaces)."""
-    import hashlib
-
+    """Which reply a verdict was on (16 hex digits): kept beside its store key, whose record a later call replaces."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
@@ -343,8 +341,6 @@ def prompt_lines_name(path: Path) -> str:
 def _prompt_lines(path: Path, described: Any) -> list[Any]:
     """Every prompt record of a results file written in two parts, from the JSON Lines file it names, checked
     against what the JSON says of it (schema, count, SHA-256): a file from another run is refused."""
-    import hashlib
-
     if (not isinstance(described, dict) or described.get("schema") != PROMPTS_SCHEMA
             or not isinstance(described.get("path"), str) or type(described.get("records")) is not int):
         raise ResultsError(f"{path}: `prompts_file` is damaged (schema {PROMPTS_SCHEMA!r}, path and records expected); "
