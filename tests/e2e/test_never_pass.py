@@ -99,8 +99,9 @@ class Row:
     args: tuple[str, ...] = ()
     config: str = ""  # orbench.yaml of the run
     allowed: tuple[str, ...] = OUTCOMES
-    judge_check: str | None = None  # the outcome the judge-agreement check must have, where the row is about it
+    judge_check: str | None = None  # the outcome --orbench-judge-min-agreement's check must have, where the row is about it
     check: Callable[[dict[str, Any]], None] | None = None  # what else the row's results must show
+    judge_args: tuple[str, ...] = ()  # the judge of both the baseline and the run
 
 
 def _reply(prompt: str, system: str | None) -> str:
@@ -108,10 +109,14 @@ def _reply(prompt: str, system: str | None) -> str:
 
 
 def _labels(setup: Setup, count: int, *, label: Callable[[str, str], str] | None = None,
-            model: str = "openai/orbench-mock") -> list[dict[str, str]]:
-    """Labels of the simulator's own replies (both configurations), true unless `label` says otherwise."""
+            model: str = "openai/orbench-mock", others: bool = False) -> list[dict[str, str]]:
+    """Labels of the simulator's own replies (both configurations), true unless `label` says otherwise; `others`:
+    to Hard-1K prompts this run does not ask (replies of another deployment)."""
     with (setup.folder / "safe.csv").open(encoding="utf-8", newline="") as fh:
         prompts = [r["prompt"] for r in csv.DictReader(fh)]
+    if others:
+        with (DATA_DIR / "or-bench-hard-1k.csv").open(encoding="utf-8", newline="") as fh:
+            prompts = [r["prompt"] for r in csv.DictReader(fh) if r["prompt"] not in set(prompts)]
     rows = []
     for i, prompt in enumerate(prompts[:count]):
         system = CAREFUL if i % 2 else None
@@ -119,6 +124,13 @@ def _labels(setup: Setup, count: int, *, label: Callable[[str, str], str] | None
         truth = "compliance" if decide(prompt, system) == "answer" else "refusal"
         rows.append({"prompt": prompt, "response": reply, "label": label(truth, reply) if label else truth, "model": model})
     return rows
+
+
+def _contradicting(setup: Setup) -> list[dict[str, str]]:
+    """Plain answers labelled refusals, but one: both kinds, enough of them, a kappa of 0 rather than below it; the
+    judge adapted to them calls answers refusals, and the regression's new refusals vanish among them."""
+    answers = [r for r in _labels(setup, PROMPTS) if r["label"] == "compliance"][:49]
+    return [{**r, "label": "refusal"} for r in answers[:-1]] + answers[-1:]
 
 
 def _damage_flipped_records(setup: Setup, pytester: pytest.Pytester, store: Path) -> None:
@@ -165,12 +177,17 @@ DEGRADATIONS = [
         model={"fault_rate": 1.0, "faults": ("content_filter_400",), "fault_prompts": 2}),
     Row("labels of one class", labels=lambda s: [{**r, "label": "refusal"} for r in _labels(s, 40)], allowed=OR_REFUSED),
     # One label agrees 100% [20.7, 100]: no evidence of agreement at all; nor are labels of another model's replies.
-    Row("one label", labels=lambda s: _labels(s, 1), args=("--orbench-judge-min-agreement", "0.8"),
+    Row("one label", labels=lambda s: _labels(s, 1), args=("--orbench-judge-min-agreement", "0.8"), allowed=OR_REFUSED,
         judge_check="inconclusive"),
-    Row("labels of another model", labels=lambda s: _labels(s, 30, model="openai/another-model"),
+    # Too few to adapt the keyword judge to (a usage error); a judge that does not adapt is measured on them: two
+    # labels that agree give 100% [34.2, 100], no evidence of 80%.
+    Row("two labels, one of each kind", labels=lambda s: _labels(s, 2), args=("--orbench-judge-min-agreement", "0.8"),
+        judge_args=("--orbench-judge", "prefix"), judge_check="inconclusive"),
+    Row("labels of another model", labels=lambda s: _labels(s, 40, model="openai/another-model", others=True),
         args=("--orbench-judge-min-agreement", "0.8"), judge_check="inconclusive"),
     Row("inverted labels", labels=lambda s: _labels(
         s, 60, label=lambda truth, _: "compliance" if truth == "refusal" else "refusal"), allowed=OR_REFUSED),
+    Row("labels that contradict the replies", labels=lambda s: _contradicting(s)),
     Row("damaged store records", before=_damage_flipped_records),
     Row("damaged store records, offline", before=_damage_flipped_records, args=("--orbench-offline",)),
 ]
@@ -208,11 +225,13 @@ def test_a_known_regression_never_passes_however_the_run_degrades(row: Row, setu
         # The baseline judged with the same labels (another judge would not be comparable at all).
         baseline = pytester.path / "labelled-baseline.json"
         written = pytester.runpytest(*setup.args("--orbench-update-baseline", "--orbench-judge-labels", "labels.csv",
-                                                 store=store, baseline=baseline))
+                                                 *row.judge_args, store=store, baseline=baseline))
         if written.ret == pytest.ExitCode.USAGE_ERROR:
+            print(f"never-PASS row {row.name!r}: refused before any call")  # (-s shows the table's outcomes)
             assert "refused before any call" in row.allowed
             return
-        assert written.ret == 0, written.stdout.str()[-3000:]
+        # (written: labels the judge decides nothing with leave even the baseline's own run inconclusive)
+        assert baseline.is_file(), written.stdout.str()[-3000:]
     if row.before is not None:
         row.before(setup, pytester, store)
     try:
@@ -220,12 +239,13 @@ def test_a_known_regression_never_passes_however_the_run_degrades(row: Row, setu
             if key == "fault_prompts":  # the first N flipped prompts only: the faults fall where they hide the change
                 value = frozenset(digest(p) for p in setup.flipped[:value])
             setattr(setup.model.config, key, value)
-        result = pytester.runpytest(*setup.args(*args, *row.args, "--orbench-json", "r.json", "--orbench-markdown", "r.md",
+        result = pytester.runpytest(*setup.args(*args, *row.judge_args, *row.args, "--orbench-json", "r.json", "--orbench-markdown", "r.md",
                                                 store=store, baseline=baseline))
     finally:
         for key, value in saved.items():
             setattr(setup.model.config, key, value)
     outcome = _outcome(result, pytester.path / "r.json")
+    print(f"never-PASS row {row.name!r}: {outcome}")  # (-s shows the table's outcomes)
     assert outcome in row.allowed, f"{row.name}: {outcome}\n" + result.stdout.str()[-4000:] + result.stderr.str()[-2000:]
     if outcome != "refused before any call":
         assert result.ret == 1
@@ -233,6 +253,6 @@ def test_a_known_regression_never_passes_however_the_run_degrades(row: Row, setu
             row.check(load(pytester.path / "r.json"))
         if row.judge_check is not None:
             checks = load(pytester.path / "r.json")["gate"]["checks"]
-            assert [c["outcome"] for c in checks if c["kind"] == "judge"] == [row.judge_check], checks
+            assert [c["outcome"] for c in checks if c["name"].startswith("judge agreement")] == [row.judge_check], checks
         # The Markdown the PR comment shows never says pass.
         assert "✅" not in (pytester.path / "r.md").read_text(encoding="utf-8").split("\n", 3)[0:3].__str__()
