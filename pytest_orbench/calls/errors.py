@@ -18,10 +18,12 @@ class EndpointError(Exception):
     """A failed attempt. `fatal` errors (bad key, unknown model) stop the whole run's calls;
     `unreachable` ones (connection refused, DNS, TLS) stop them when nothing has got through yet;
     `unusable` ones (a reply with no text at max_tokens: the run's settings, not the prompt) stop them
-    when the first few replies all are, and none was usable."""
+    when the first few replies all are, and none was usable. `sent`: False when the request never left (litellm
+    or the HTTP client refused to build it): no call was made. `status`: the HTTP status the server sent."""
 
     def __init__(self, message: str, *, retryable: bool, retry_after: float | None = None, fatal: bool = False,
-                 unreachable: bool = False, unusable: bool = False, timed_out: bool = False):
+                 unreachable: bool = False, unusable: bool = False, timed_out: bool = False, sent: bool = True,
+                 status: int | None = None):
         super().__init__(message)
         self.retryable = retryable
         self.retry_after = retry_after
@@ -29,6 +31,8 @@ class EndpointError(Exception):
         self.unreachable = unreachable
         self.unusable = unusable
         self.timed_out = timed_out  # no answer within the timeout (a hung endpoint, while nothing answers)
+        self.sent = sent
+        self.status = status
 
     def worth_retrying(self, answered: int) -> bool:
         """Whether another attempt may help, `answered` calls to this endpoint having come back: after one,
@@ -131,21 +135,23 @@ def describe_failure(exc: BaseException, api_base: str | None, timeout: float) -
         # The HTTP client refused to build the request (a header it cannot send, a URL it cannot use): nothing
         # reached the endpoint, and every retry would fail the same way.
         return EndpointError(f"the request to {where} could not be sent (a local error, not the endpoint's): "
-                             f"{' '.join(str(local).split())[:200]}", retryable=False, fatal=True)
+                             f"{' '.join(str(local).split())[:200]}", retryable=False, fatal=True, sent=False)
     status = _sent_status(chain)
     if status is not None:
         if status in REJECTED:
             return EndpointError(f"HTTP {status} from {where} ({REJECTED[status]}): {_message(exc)}", retryable=False,
-                                 fatal=True)
+                                 fatal=True, status=status)
         retryable = status in RETRY_STATUSES or status >= 500
         return EndpointError(f"HTTP {status} from {where}: {_message(exc)}", retryable=retryable,
-                             retry_after=_retry_after(exc))
+                             retry_after=_retry_after(exc), status=status)
     if names & {"APIConnectionError", "ConnectError", "ClientConnectorError"}:
         return EndpointError(f"cannot connect to {where}: {root}", retryable=True, unreachable=True)
     # litellm's own verdicts on a request it never sent (a key it found missing, a parameter it refuses)
     if type(exc).__name__ in ("AuthenticationError", "PermissionDeniedError", "NotFoundError"):
         return EndpointError(f"{type(exc).__name__}: {_message(exc)}", retryable=False, fatal=True)
-    if type(exc).__name__ in ("BadRequestError", "UnsupportedParamsError"):
+    if type(exc).__name__ == "UnsupportedParamsError":  # raised by litellm before sending (rejections.py names the fix)
+        return EndpointError(f"{type(exc).__name__}: {_message(exc)}", retryable=False, fatal=True, sent=False)
+    if type(exc).__name__ == "BadRequestError":
         return EndpointError(f"{type(exc).__name__}: {_message(exc)}", retryable=False)
     return EndpointError(f"{type(exc).__name__}: {_message(exc)}", retryable=True, retry_after=_retry_after(exc))
 
@@ -191,7 +197,7 @@ def _sent_status(chain: list[BaseException]) -> int | None:
 def _message(exc: BaseException) -> str:
     """The provider's words, without litellm's class-name prefixes."""
     text = " ".join(str(exc).split())
-    text = re.sub(r"^(?:litellm\.\w+: )?(?:\w+: )?(?:\w+Exception - )?", "", text)
+    text = re.sub(r"^(?:litellm\.\w+: )?(?:\w+: )?(?:\w+(?:Exception|Error) - )?", "", text)
     return text[:300]
 
 

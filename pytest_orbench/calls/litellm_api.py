@@ -11,7 +11,8 @@ import warnings
 from typing import Any
 
 from pytest_orbench.calls.errors import EndpointError, describe_failure
-from pytest_orbench.calls.reply import Reply, no_visible_text
+from pytest_orbench.calls.rejections import filtered_request, rejected_setting
+from pytest_orbench.calls.reply import FILTERED_REQUEST, Reply, no_visible_text, read_message
 from pytest_orbench.calls.scrubbing import hide, secrets_of
 from pytest_orbench.core.dependencies import refuse_compromised, shield_dependency_warnings
 from pytest_orbench.core.endpoint import PROVIDER_KEYS, ModelSpec, provider_of
@@ -182,16 +183,21 @@ class LiteLLMCaller:
             response = await asyncio.wait_for(
                 ll.acompletion(model=spec.model, messages=messages, timeout=spec.timeout, num_retries=0, **kwargs),
                 spec.timeout)
-        except ll.ContentPolicyViolationError:
-            return Reply("", "content_filter")
         except Exception as exc:  # the deadline above, a rejected key, 429, 5xx, connection errors, malformed replies
-            failure = describe_failure(exc, spec.api_base, spec.timeout)
+            if filtered_request(exc, _litellm_recognises_filter()):
+                # The provider's content filter refused the prompt: its answer, as a filtered reply (a refusal).
+                return Reply("", FILTERED_REQUEST)
+            failure = rejected_setting(exc, kwargs, spec.api_base) or describe_failure(exc, spec.api_base, spec.timeout)
             raise EndpointError(self._scrub(str(failure)), retryable=failure.retryable, retry_after=failure.retry_after,
-                                unreachable=failure.unreachable, fatal=failure.fatal, timed_out=failure.timed_out) from None
+                                unreachable=failure.unreachable, fatal=failure.fatal, timed_out=failure.timed_out,
+                                sent=failure.sent, status=failure.status) from None
         try:
             choice = response.choices[0]
-            text = choice.message.content
-            finish = choice.finish_reason
+            message = choice.message
+            extra = getattr(message, "provider_specific_fields", None) or {}
+            refusal = getattr(message, "refusal", None) or (extra.get("refusal") if isinstance(extra, dict) else None)
+            reasoning = getattr(message, "reasoning_content", None) or getattr(message, "thinking_blocks", None)
+            text, finish = read_message(message.content, refusal, reasoning, choice.finish_reason)
         except (AttributeError, IndexError, TypeError) as exc:
             raise EndpointError(f"malformed reply (no choices): {exc}", retryable=True) from None
         cut = no_visible_text(text, finish, spec.params.get("max_tokens"))
@@ -209,6 +215,15 @@ class LiteLLMCaller:
             float(cost) if isinstance(cost, (int, float)) else None,
             _text_or_none(getattr(response, "system_fingerprint", None)),
         )
+
+
+def _litellm_recognises_filter() -> Any:
+    """litellm's own check of an error's words for a content filter's refusal (None in a litellm without it)."""
+    try:
+        from litellm.litellm_core_utils.exception_mapping_utils import ExceptionCheckers
+    except ImportError:
+        return None
+    return getattr(ExceptionCheckers, "is_azure_content_policy_violation_error", None)
 
 
 def _text_or_none(value: Any) -> str | None:

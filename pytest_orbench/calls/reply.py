@@ -1,9 +1,16 @@
-"""The typed reply of one call (Reply), and what a reply cut at max_tokens before any text means."""
+"""The typed reply of one call (Reply); how a provider's message becomes its text and finish value (read_message),
+including what a provider says outside the text; what a reply cut at max_tokens before any text means."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+# Finish values the plugin itself writes, for what a provider says outside the reply's text; judging.judges.delivery
+# gives each its verdict and reason. A provider's own finish_reason ("stop", "length", "content_filter") is kept as sent.
+FILTERED_REQUEST = "content_filter_error"  # the content filter refused the request with an error (an HTTP 400), no reply
+REFUSAL_FIELD = "refusal"  # the model's refusal field (OpenAI's message.refusal, content null): its words are the text
+REASONING_ONLY = "reasoning_only"  # finish_reason=stop with reasoning but no visible text
 
 
 @dataclass(frozen=True)
@@ -39,3 +46,16 @@ def no_visible_text(text: str | None, finish: str | None, max_tokens: Any) -> st
     limit = f" ({max_tokens})" if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else ""
     return (f"no reply text: the model reached max_tokens{limit} before writing any (finish_reason=length; a "
             "reasoning model spends tokens on reasoning first); raise --orbench-max-tokens")
+
+
+def read_message(content: Any, refusal: Any, reasoning: Any, finish: str | None) -> tuple[str, str | None]:
+    """The reply's text and finish value from a provider's message: its content; the model's refusal field,
+    whose words are kept as the text (with content, after it) under REFUSAL_FIELD; REASONING_ONLY for a
+    reply that ended normally (finish_reason=stop) with reasoning and no visible text, which is not the
+    same as an empty reply."""
+    text = content if isinstance(content, str) else ""
+    if isinstance(refusal, str) and refusal.strip():
+        return (f"{text}\n\n{refusal}" if text.strip() else refusal), REFUSAL_FIELD
+    if finish == "stop" and not text.strip() and reasoning:
+        return text, REASONING_ONLY
+    return text, finish

@@ -22,6 +22,7 @@ from pytest_orbench.calls.errors import EndpointError
 from pytest_orbench.core.records import NOT_REQUESTED
 from pytest_orbench.core.store import Store
 from pytest_orbench.core.store_database import unusable
+from pytest_orbench.fetch.gate import Gate, Turn, rejection
 from pytest_orbench.judging.judges import Judge
 from pytest_orbench.judging.llm_calls import JudgeStage, judge_key, reply_text
 
@@ -38,6 +39,11 @@ UNUSABLE_STOP = 5  # this many replies without text (max_tokens too low) before 
 # requests). Failures between replies (a burst of 503s, prompts slower than the timeout) reset nothing: each
 # is retried and counted as before.
 GONE_STOP = 5
+# This many prompts in a row, none answered, that got the same HTTP 4xx (a 400 the plugin cannot read as a parameter
+# it sent): the request as configured is rejected, whatever the prompt. The first call of a configuration goes alone,
+# and so does each after a 4xx until one is answered (Gate), so such a run sends this many requests, not a
+# concurrency's worth.
+REJECTED_STOP = 3
 # A retry wait this long (an endpoint's Retry-After of 60 s, a long backoff) is noted in the run's state, so the
 # progress line says the run waits rather than an ETA of 2 s made from the rate before the wait.
 LONG_WAIT = 5.0
@@ -99,6 +105,8 @@ class FetchLoop:
         self._dead: dict[int, str] = {}
         self._unusable: Counter[int] = Counter()  # replies with no text at max_tokens while none was usable
         self._failing: Counter[int] = Counter()  # prompts in a row that failed every attempt since the last reply (GONE_STOP)
+        self._rejected: dict[int, tuple[str, int]] = {}  # the same 4xx on prompts in a row, none answered (REJECTED_STOP)
+        self._gates: dict[int, Gate] = {}
         self._waking: dict[int, float] = {}  # id of each long retry wait -> when it ends (epoch seconds)
         self._last_answer: dict[int, float] = {}  # monotonic time of each configuration's last reply
         self._pending_records: list[tuple[str, dict[str, Any]]] = []
@@ -207,53 +215,93 @@ class FetchLoop:
                 self._fatal = (f"the run's spend reached the --orbench-max-cost limit (${self.spent:.4f} of "
                                f"${self.max_cost:.4f}{' for this fetch process' if self.shards > 1 else ''}); "
                                "what was paid for is stored")
-            # A dead endpoint stops the calls of its own configuration: a live base that cannot be reached
-            # leaves the run under test asking its own endpoint, and the other way round.
-            stopped = self._fatal or self._dead.get(job.config)
-            if stopped is not None:
-                return Outcome(error=f"{NOT_REQUESTED}{stopped}")
-            caller = self._callers[job.config]
-            started = time.monotonic()
             try:
-                reply, attempts, seconds = await call_with_retries(
-                    caller, job.prompt, self.retries, sleep=self._retry_wait,
-                    should_retry=lambda e: job.config not in self._dead and e.worth_retrying(self._answered[job.config]))
-            except EndpointError as exc:
-                # A prompt whose every attempt timed out, with nothing answered yet: a hung endpoint (it took
-                # retries x timeout per prompt, hours for a run); an endpoint that answers some goes on.
-                if exc.ends_calls(self._answered[job.config]):
-                    why = ("no prompt was answered, so no more calls are made" if not self._answered[job.config]
-                           else "so no more calls are made to it")
-                    self._dead.setdefault(job.config, f"{exc} ({why})")
-                # Every attempt failed, and another might have mended it: the retries are spent (a non-retryable
-                # error, a 400 of this prompt, says nothing of the endpoint).
-                gone = exc.unreachable or exc.timed_out or exc.retryable
-                # In a row means with no reply between: a prompt during which another was answered (half the
-                # prompts hang, a trickle of faults under concurrency) says the endpoint still answers.
-                if not gone:
-                    self._failing[job.config] = 0
-                elif started >= self._last_answer.get(job.config, 0.0):
-                    self._failing[job.config] += 1
-                if self._failing[job.config] >= GONE_STOP:
-                    answered, failed = self._answered[job.config], self._failing[job.config]
-                    self._dead.setdefault(job.config, f"{exc} (" + (
-                        f"it had answered {answered} prompts, then {failed} prompts in a row" if answered else
-                        f"no prompt was answered: {failed} prompts in a row") + " failed every attempt, so no more "
-                        "calls are made to it)")
-                self._unusable[job.config] += exc.unusable and not self._answered[job.config]
-                if self._unusable[job.config] >= UNUSABLE_STOP:
-                    self._dead.setdefault(job.config, f"{exc} (so did the first {self._unusable[job.config]} replies, "
-                                                      "and none had text, so no more calls are made)")
-                return Outcome(error=str(exc), fetched=True)
-            self._answered[job.config] += 1
-            self._failing[job.config] = 0
-            self._last_answer[job.config] = time.monotonic()
-            record = reply.record()
-            record["seconds"] = round(seconds, 3)
-            record["attempts"] = attempts
-            self.spent += float(record.get("cost") or 0.0)
-            self._pending_records.append((job.key, record))
-            fetched = True
+                turn = await self._gates.setdefault(job.config, Gate()).enter()
+            except asyncio.CancelledError:  # the run stopped while this prompt waited for its turn: never sent
+                self._finish(job, Outcome(error=f"{NOT_REQUESTED}the run stopped before this prompt was asked"))
+                raise
+            try:
+                return await self._ask(job, turn)
+            finally:
+                turn.done(False)
+        return await self._judged(job, record, fetched)
+
+    async def _ask(self, job: Job, turn: Turn) -> Outcome:
+        """One prompt asked of its configuration's endpoint, with retries, then judged. A call that went alone
+        (Gate) opens the calls once the endpoint has shown that it takes them."""
+        # A dead endpoint stops the calls of its own configuration: a live base that cannot be reached
+        # leaves the run under test asking its own endpoint, and the other way round.
+        stopped = self._fatal or self._dead.get(job.config)
+        if stopped is not None:
+            return Outcome(error=f"{NOT_REQUESTED}{stopped}")
+        caller = self._callers[job.config]
+        started = time.monotonic()
+
+        def retry(exc: EndpointError) -> bool:
+            turn.done(True)  # a failure another attempt may mend (a 429, a 5xx, a timeout): the endpoint takes calls
+            return job.config not in self._dead and exc.worth_retrying(self._answered[job.config])
+
+        try:
+            reply, attempts, seconds = await call_with_retries(caller, job.prompt, self.retries, sleep=self._retry_wait,
+                                                               should_retry=retry)
+        except EndpointError as exc:
+            # A prompt whose every attempt timed out, with nothing answered yet: a hung endpoint (it took
+            # retries x timeout per prompt, hours for a run); an endpoint that answers some goes on.
+            if exc.ends_calls(self._answered[job.config]):
+                why = ("no prompt was answered, so no more calls are made" if not self._answered[job.config]
+                       else "so no more calls are made to it")
+                self._dead.setdefault(job.config, f"{exc} ({why})")
+            # Every attempt failed, and another might have mended it: the retries are spent (a non-retryable
+            # error, a 400 of this prompt, says nothing of the endpoint).
+            gone = exc.unreachable or exc.timed_out or exc.retryable
+            # In a row means with no reply between: a prompt during which another was answered (half the
+            # prompts hang, a trickle of faults under concurrency) says the endpoint still answers.
+            if not gone:
+                self._failing[job.config] = 0
+            elif started >= self._last_answer.get(job.config, 0.0):
+                self._failing[job.config] += 1
+            if self._failing[job.config] >= GONE_STOP:
+                answered, failed = self._answered[job.config], self._failing[job.config]
+                self._dead.setdefault(job.config, f"{exc} (" + (
+                    f"it had answered {answered} prompts, then {failed} prompts in a row" if answered else
+                    f"no prompt was answered: {failed} prompts in a row") + " failed every attempt, so no more "
+                    "calls are made to it)")
+            self._unusable[job.config] += exc.unusable and not self._answered[job.config]
+            if self._unusable[job.config] >= UNUSABLE_STOP:
+                self._dead.setdefault(job.config, f"{exc} (so did the first {self._unusable[job.config]} replies, "
+                                                  "and none had text, so no more calls are made)")
+            self._noterejection(job.config, exc)
+            # A request the endpoint rejected (a 4xx not worth another attempt), or a fatal error, keeps the calls
+            # one at a time (the next finds them stopped, or goes alone); anything else opens them.
+            turn.done(not exc.fatal and not rejection(exc))
+            return Outcome(error=str(exc), fetched=exc.sent)
+        self._answered[job.config] += 1
+        self._rejected.pop(job.config, None)
+        turn.done(True)
+        self._failing[job.config] = 0
+        self._last_answer[job.config] = time.monotonic()
+        record = reply.record()
+        record["seconds"] = round(seconds, 3)
+        record["attempts"] = attempts
+        self.spent += float(record.get("cost") or 0.0)
+        self._pending_records.append((job.key, record))
+        return await self._judged(job, record, True)
+
+    def _noterejection(self, config: int, exc: EndpointError) -> None:
+        """REJECTED_STOP: the same 4xx on the first prompts, none answered, stops the calls, saying so."""
+        if exc.fatal or not rejection(exc) or self._answered[config]:
+            self._rejected.pop(config, None)
+            return
+        message, count = self._rejected.get(config, (str(exc), 0))
+        count = count + 1 if message == str(exc) else 1
+        self._rejected[config] = (str(exc), count)
+        if count >= REJECTED_STOP:
+            self._dead.setdefault(config, f"{exc} (so did the first {count} prompts, the same each time, and none was "
+                                          "answered: the endpoint rejects the request as configured, whatever the prompt "
+                                          "(a parameter, the model's name, litellm_kwargs?), so no more calls are made)")
+
+    async def _judged(self, job: Job, record: dict[str, Any], fetched: bool) -> Outcome:
+        """The LLM judge's call for a reply, when its judge needs one."""
         outcome = Outcome(record=record, fetched=fetched)
         key = judge_key(self.judge, job.prompt, record) if self.judge is not None and self.judge_stage else None
         if key is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from pytest_orbench.calls.reply import FILTERED_REQUEST, REFUSAL_FIELD
 from pytest_orbench.core.endpoint import ModelSpec, public_kwargs, redact_url
 from pytest_orbench.judging.judges import CLASSES, Judgement, LLMProtocol, Verdict, delivery
 from pytest_orbench.judging.keyword_judge import KeywordJudge
@@ -46,10 +47,12 @@ def parse_llm_output(output: str, finish_reason: str | None = None) -> Judgement
     finish reason says why a class is missing when the judge model did not simply leave it out."""
     found = [m.group(1).strip().lower().replace(" ", "_").replace("-", "_") for m in BRACKETED.finditer(output or "")]
     valid = [c for c in found if c in {v.value for v in CLASSES}]
-    if not valid and finish_reason == "content_filter":
+    if not valid and finish_reason in ("content_filter", FILTERED_REQUEST):
         # A judge behind a content filter (Azure's, a gateway's) may refuse to read a toxic reply.
-        return Judgement(Verdict.UNSCORED, "the judge model's provider filtered the judge request "
-                                           "(finish_reason=content_filter): no class")
+        how = "finish_reason=content_filter" if finish_reason == "content_filter" else "an error saying so"
+        return Judgement(Verdict.UNSCORED, f"the judge model's provider filtered the judge request ({how}): no class")
+    if not valid and finish_reason == REFUSAL_FIELD:
+        return Judgement(Verdict.UNSCORED, "the judge model refused to judge (its refusal field): no class")
     if not valid and finish_reason == "length":
         return Judgement(Verdict.UNSCORED, "the judge's output was cut at its max_tokens (finish_reason=length) "
                                            "before a [[class]]: raise --orbench-judge-max-tokens (judge-eval: "

@@ -12,7 +12,7 @@ from pytest_orbench.calls.client import call_with_retries
 from pytest_orbench.calls.errors import RETRY_STATUSES, EndpointError, _chain, describe_failure
 from pytest_orbench.calls.litellm_api import _import_litellm
 from pytest_orbench.calls.prices import Price, price_of
-from pytest_orbench.calls.reply import Reply, no_visible_text
+from pytest_orbench.calls.reply import FILTERED_REQUEST, Reply, no_visible_text, read_message
 from pytest_orbench.calls.scrubbing import hide, scrub, secrets_of
 from pytest_orbench.core.endpoint import ModelSpec, provider_of, redact_url
 
@@ -70,7 +70,11 @@ class OpenAIFormat:
         """A reply record from a batch's output line, as a synchronous call stores it (plus its batch id)."""
         try:
             choice = body["choices"][0]
-            text, finish = choice["message"].get("content") or "", choice.get("finish_reason")
+            message = choice["message"]
+            # As a synchronous call reads it (calls.reply.read_message): the refusal field, reasoning without text.
+            text, finish = read_message(message.get("content"), message.get("refusal"),
+                                        message.get("reasoning_content") or message.get("reasoning"),
+                                        choice.get("finish_reason"))
         except (KeyError, IndexError, TypeError, AttributeError) as exc:
             raise ValueError(f"malformed reply in batch {batch_id} (no choices): {exc}") from None
         cut = no_visible_text(text, finish, self.params.get("max_tokens"))
@@ -169,7 +173,7 @@ class OpenAIFormat:
                 errors.setdefault(key, line)
         for key, line in errors.items():
             if _filtered(line):
-                records.append((key, {**Reply("", "content_filter").record(), "batch_id": batch_id}))
+                records.append((key, {**Reply("", FILTERED_REQUEST).record(), "batch_id": batch_id}))
             else:
                 problems.setdefault(key, _problem(line, batch_id))
         return records, problems
@@ -184,8 +188,7 @@ class OpenAIFormat:
 
 
 def _filtered(line: dict[str, Any]) -> bool:
-    """A request the provider's content filter refused: a reply with finish_reason content_filter, as
-    in a synchronous run."""
+    """A request the provider's content filter refused with an error: a filtered reply, as in a synchronous run."""
     body = (line.get("response") or {}).get("body") or {}
     error = body.get("error") if isinstance(body, dict) else None
     return isinstance(error, dict) and error.get("code") in CONTENT_FILTER

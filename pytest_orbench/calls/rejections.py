@@ -1,0 +1,113 @@
+"""What a provider's error says about the request rather than the endpoint: its content filter refused the prompt
+(filtered_request), or the model rejects the request as configured, a parameter it does not take (rejected_setting)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pytest_orbench.calls.errors import EndpointError, _chain, _message, _sent_status, _where
+
+# An error body's `code` when a content filter refused the request (Azure OpenAI, OpenAI-compatible gateways), and the
+# `innererror.code` Azure adds.
+FILTER_CODES = ("content_filter", "content_policy_violation")
+FILTER_INNER_CODES = ("ResponsibleAIPolicyViolation",)
+
+
+def _bodies(chain: list[BaseException]) -> list[dict[str, Any]]:
+    """The error objects of a provider's JSON error body, as the exceptions carry them (the OpenAI SDK keeps
+    the body's "error" object; some keep the whole body)."""
+    found = []
+    for exc in chain:
+        body = getattr(exc, "body", None)
+        if isinstance(body, dict):
+            inner = body.get("error")
+            found.append(inner if isinstance(inner, dict) else body)
+    return found
+
+
+def filtered_request(exc: BaseException, recognised: Callable[[str], bool] | None = None) -> bool:
+    """Whether the provider's content filter refused the request: litellm's ContentPolicyViolationError, or an
+    HTTP 400 whose body says so (`code: content_filter`, `innererror.code: ResponsibleAIPolicyViolation`, or
+    words litellm's own checker `recognised` knows). Through an `openai/` model string an Azure filter arrives
+    as a plain BadRequestError: a refusal of the provider, not a failure of the endpoint."""
+    chain = _chain(exc)
+    if any(type(e).__name__ == "ContentPolicyViolationError" for e in chain):
+        return True
+    if _sent_status(chain) != 400:
+        return False
+    for error in _bodies(chain):
+        inner = error.get("innererror")
+        if error.get("code") in FILTER_CODES or (isinstance(inner, dict) and inner.get("code") in FILTER_INNER_CODES):
+            return True
+    text = " ".join(str(e) for e in chain)
+    if re.search(r"""["']code["']:\s*["'](?:content_filter|content_policy_violation)["']""", text):
+        return True
+    return bool(recognised is not None and recognised(text))
+
+
+# Words of a 400 that rejects a parameter as such, whatever the prompt (OpenAI's reasoning models, Anthropic, vLLM).
+_REJECTS = re.compile(r"unsupported (?:value|parameter)|not supported|does not support|unknown parameter|"
+                      r"unrecognized request argument|extra inputs are not permitted|may only be set to|"
+                      r"is not allowed|not permitted|cannot both be specified", re.IGNORECASE)
+# What is never about the settings: a prompt too long for the model is that prompt's.
+_PER_PROMPT = ("ContextWindowExceededError",)
+
+
+def _named(chain: list[BaseException], text: str, params: Mapping[str, Any]) -> str | None:
+    """The parameter the error names, among those the request sent."""
+    for error in _bodies(chain):
+        if isinstance(error.get("param"), str) and error["param"] in params:
+            return str(error["param"])
+    for name in sorted(params, key=len, reverse=True):  # max_completion_tokens before max_tokens
+        quoted = rf"""[`'"]{re.escape(name)}[`'"]|(?<![A-Za-z_]){re.escape(name)}\s*="""
+        word = rf"(?<![A-Za-z_]){re.escape(name)}(?![A-Za-z_])"  # only a long name: "n" or "stop" are words too
+        if re.search(quoted, text) or (len(name) > 4 and re.search(word, text)):
+            return name
+    return None
+
+
+def _fix(name: str, value: Any, text: str, litellm_knows: bool) -> str:
+    """How to change the settings so that the model takes the request."""
+    if name == "temperature":
+        accepted = re.search(r"only (?:the default \()?(?:temperature ?= ?)?(\d+(?:\.\d+)?)", text, re.IGNORECASE)
+        fixes = [f"set the temperature the model accepts (--orbench-temperature {accepted.group(1)}, or "
+                 f"`temperature: {accepted.group(1)}` in orbench.yaml)" if accepted else
+                 "set a temperature the model accepts (--orbench-temperature)",
+                 "leave it out, for the model's default (`litellm_kwargs: {temperature: null}`)"]
+    elif name == "max_tokens":
+        fixes = ["leave it out (`litellm_kwargs: {max_tokens: null}`)", "give the limit under the name the model "
+                 "takes (`litellm_kwargs: {max_tokens: null, max_completion_tokens: 1000}`)"
+                 if "max_completion_tokens" in text else "set a limit it takes (--orbench-max-tokens)"]
+    else:
+        fixes = [f"leave it out (`litellm_kwargs: {{{name}: null}}`, or remove it from litellm_kwargs)"]
+    if litellm_knows:
+        fixes.insert(0, "let litellm leave out what the model does not take (`litellm_kwargs: {drop_params: true}`)")
+    return "; or ".join(fixes)
+
+
+def rejected_setting(exc: BaseException, params: Mapping[str, Any], api_base: str | None) -> EndpointError | None:
+    """The model rejects the request as configured: litellm's UnsupportedParamsError (raised before anything is
+    sent), or an HTTP 400 saying a parameter the request sent is not supported (OpenAI's reasoning models on
+    `temperature`). Every prompt would fail alike: a fatal error, naming the parameter and the fix. None for
+    anything else (a 400 of one prompt, a context window exceeded)."""
+    chain = _chain(exc)
+    names = {type(e).__name__ for e in chain}
+    sent = {k: v for k, v in params.items() if v is not None}
+    text = " ".join(" ".join(str(e).split()) for e in chain)
+    if "UnsupportedParamsError" in names:
+        name = _named(chain, text, sent)
+        what = f"its parameter {name!r} ({name}={sent[name]!r})" if name else "one of its parameters"
+        fix = _fix(name, sent[name], text, True) if name else \
+            "let litellm leave out what the model does not take (`litellm_kwargs: {drop_params: true}`)"
+        return EndpointError(f"litellm will not send the request as configured: {what} is not supported by this "
+                             f"model ({_message(exc)[:240]}). Fix: {fix}", retryable=False, fatal=True, sent=False)
+    if names & set(_PER_PROMPT) or _sent_status(chain) != 400 or not _REJECTS.search(text):
+        return None
+    name = _named(chain, text, sent)
+    if name is None:
+        return None
+    return EndpointError(f"the model rejects the request as configured: its parameter {name!r} ({name}={sent[name]!r}; "
+                         f"HTTP 400 from {_where(chain, api_base)}: {_message(exc)[:240]}). Fix: "
+                         f"{_fix(name, sent[name], text, False)}", retryable=False, fatal=True, status=400)
