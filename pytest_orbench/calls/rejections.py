@@ -68,23 +68,23 @@ def _named(chain: list[BaseException], text: str, params: Mapping[str, Any]) -> 
     return None
 
 
-def _fix(name: str, value: Any, text: str, litellm_knows: bool) -> str:
-    """How to change the settings so that the model takes the request."""
+def _fix(name: str, text: str, litellm_knows: bool) -> str:
+    """How to change the settings so that the model takes the request, shortest first: the gate's summary quotes
+    the first 200 characters of the most common error."""
     if name == "temperature":
         accepted = re.search(r"only (?:the default \()?(?:temperature ?= ?)?(\d+(?:\.\d+)?)", text, re.IGNORECASE)
-        fixes = [f"set the temperature the model accepts (--orbench-temperature {accepted.group(1)}, or "
-                 f"`temperature: {accepted.group(1)}` in orbench.yaml)" if accepted else
-                 "set a temperature the model accepts (--orbench-temperature)",
-                 "leave it out, for the model's default (`litellm_kwargs: {temperature: null}`)"]
+        fixes = [f"--orbench-temperature {accepted.group(1)} (what it accepts)" if accepted else
+                 "a --orbench-temperature it accepts"]
+    elif name == "max_tokens" and "max_completion_tokens" in text:
+        fixes = ["the limit under the name it takes: `litellm_kwargs: {max_tokens: null, max_completion_tokens: 1000}`"]
     elif name == "max_tokens":
-        fixes = ["leave it out (`litellm_kwargs: {max_tokens: null}`)", "give the limit under the name the model "
-                 "takes (`litellm_kwargs: {max_tokens: null, max_completion_tokens: 1000}`)"
-                 if "max_completion_tokens" in text else "set a limit it takes (--orbench-max-tokens)"]
+        fixes = ["a --orbench-max-tokens it accepts"]
     else:
-        fixes = [f"leave it out (`litellm_kwargs: {{{name}: null}}`, or remove it from litellm_kwargs)"]
+        fixes = []
+    fixes.append(f"leave it out: `litellm_kwargs: {{{name}: null}}`")
     if litellm_knows:
-        fixes.insert(0, "let litellm leave out what the model does not take (`litellm_kwargs: {drop_params: true}`)")
-    return "; or ".join(fixes)
+        fixes.insert(0, "`litellm_kwargs: {drop_params: true}` (litellm leaves out what the model does not take)")
+    return ", or ".join(fixes)
 
 
 def rejected_setting(exc: BaseException, params: Mapping[str, Any], api_base: str | None) -> EndpointError | None:
@@ -98,16 +98,16 @@ def rejected_setting(exc: BaseException, params: Mapping[str, Any], api_base: st
     text = " ".join(" ".join(str(e).split()) for e in chain)
     if "UnsupportedParamsError" in names:
         name = _named(chain, text, sent)
-        what = f"its parameter {name!r} ({name}={sent[name]!r})" if name else "one of its parameters"
-        fix = _fix(name, sent[name], text, True) if name else \
-            "let litellm leave out what the model does not take (`litellm_kwargs: {drop_params: true}`)"
-        return EndpointError(f"litellm will not send the request as configured: {what} is not supported by this "
-                             f"model ({_message(exc)[:240]}). Fix: {fix}", retryable=False, fatal=True, sent=False)
+        if name is None:
+            return EndpointError(f"litellm will not send the request as configured to this model; fix: "
+                                 "`litellm_kwargs: {drop_params: true}` (litellm leaves out what the model does not "
+                                 f"take). litellm said: {_message(exc)[:240]}", retryable=False, fatal=True, sent=False)
+        return EndpointError(f"litellm will not send {name}={sent[name]!r} to this model; fix: {_fix(name, text, True)}. "
+                             f"litellm said: {_message(exc)[:240]}", retryable=False, fatal=True, sent=False)
     if names & set(_PER_PROMPT) or _sent_status(chain) != 400 or not _REJECTS.search(text):
         return None
     name = _named(chain, text, sent)
     if name is None:
         return None
-    return EndpointError(f"the model rejects the request as configured: its parameter {name!r} ({name}={sent[name]!r}; "
-                         f"HTTP 400 from {_where(chain, api_base)}: {_message(exc)[:240]}). Fix: "
-                         f"{_fix(name, sent[name], text, False)}", retryable=False, fatal=True, status=400)
+    return EndpointError(f"the model rejects {name}={sent[name]!r} (HTTP 400); fix: {_fix(name, text, False)}. "
+                         f"{_where(chain, api_base)} said: {_message(exc)[:240]}", retryable=False, fatal=True, status=400)

@@ -3,10 +3,11 @@
 Anthropic Messages (`POST /v1/messages`), OpenAI chat (`/v1/chat/completions`), Azure OpenAI
 (`/openai/deployments/<name>/chat/completions`), Gemini generateContent (`/models/<name>:generateContent`)
 and Ollama (`/api/chat`, `/api/generate`): the paths litellm's own adapters build from an api_base
-(anthropic/, openai/, azure/, gemini/, ollama_chat/ and ollama/ model strings). The model (or Azure
-deployment) name picks what the provider does: refuse outside the text (a stop reason, a refusal field,
-a safety block, a 400), fail (overloaded, rate limited), reject a parameter, or answer. Not a model:
-the tests of tests/e2e/test_providers.py drive litellm's real adapters through it.
+(anthropic/, openai/, azure/, gemini/, ollama_chat/ and ollama/ model strings). The end of the model (or Azure
+deployment) name after "--" picks what the provider does ("claude-sonnet-4-5--refusal"): refuse outside the
+text (a stop reason, a refusal field, a safety block, a 400), fail (overloaded, rate limited), reject a
+parameter, or answer (any other name). Not a model: tests/e2e/test_providers.py drives litellm's real
+adapters through it.
 """
 
 from __future__ import annotations
@@ -59,12 +60,13 @@ class ProviderHandler(BaseHTTPRequestHandler):
         gemini = re.fullmatch(r"(?:/v1beta|/v1)?/models/([^/:]+):generateContent", path)
         model = azure.group(1) if azure else gemini.group(1) if gemini else str(body.get("model") or "")
         self.server.owner.count(path, model, body)
+        case = model.rsplit("--", 1)[1] if "--" in model else ""
         if path == "/v1/messages":
-            self._anthropic(model)
+            self._anthropic(model, case)
         elif azure or path in ("/v1/chat/completions", "/chat/completions"):
-            self._openai(model, body)
+            self._openai(model, case, body)
         elif gemini:
-            self._gemini(model)
+            self._gemini(model, case)
         elif path in ("/api/chat", "/api/generate"):
             self._ollama(model, chat=path == "/api/chat")
         else:
@@ -81,58 +83,58 @@ class ProviderHandler(BaseHTTPRequestHandler):
         self.wfile.write(payload)
 
     # -- Anthropic Messages -------------------------------------------------------------------------
-    def _anthropic(self, model: str) -> None:
-        if model == "overloaded":
+    def _anthropic(self, model: str, case: str) -> None:
+        if case == "overloaded":
             self._json(529, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
             return
-        if model == "rate-limited":
+        if case == "rate-limited":
             self._json(429, {"type": "error", "error": {"type": "rate_limit_error", "message": "Number of request "
-                             "tokens has exceeded your per-minute rate limit"}}, {"retry-after": "0"})
+                             "tokens has exceeded your per-minute rate limit"}}, {"retry-after": "7"})
             return
         content: list[dict[str, Any]] = [{"type": "text", "text": ANSWER}]
         stop = "end_turn"
-        if model == "refusal":  # Claude's streaming classifiers stop a reply: whatever text came before stays
+        if case == "refusal":  # Claude's streaming classifiers stop a reply: whatever text came before stays
             content, stop = [{"type": "text", "text": "Here is"}], "refusal"
-        elif model == "refusal-empty":
+        elif case == "refusal-empty":
             content, stop = [], "refusal"
-        elif model == "thinking":
+        elif case == "thinking":
             content = [{"type": "thinking", "thinking": THOUGHT, "signature": "c2ln"}, *content]
-        elif model == "thinking-only":
+        elif case == "thinking-only":
             content = [{"type": "thinking", "thinking": THOUGHT, "signature": "c2ln"}]
         self._json(200, {"id": "msg_orbench", "type": "message", "role": "assistant", "model": model,
                          "content": content, "stop_reason": stop, "stop_sequence": None,
                          "usage": {"input_tokens": 12, "output_tokens": 40}})
 
     # -- OpenAI chat, and Azure OpenAI's deployments ------------------------------------------------
-    def _openai(self, model: str, body: dict[str, Any]) -> None:
-        if model == "filter-400":
+    def _openai(self, model: str, case: str, body: dict[str, Any]) -> None:
+        if case == "filter-400":
             self._json(400, AZURE_FILTER)
             return
-        if model == "no-temperature" and "temperature" in body:
+        if case == "no-temperature" and "temperature" in body:
             self._json(400, NO_TEMPERATURE)
             return
-        if model == "no-such-model":
+        if case == "no-such-model":
             self._json(404, UNKNOWN_MODEL)
             return
         message: dict[str, Any] = {"role": "assistant", "content": ANSWER}
         finish = "stop"
-        if model == "content-filter":
+        if case == "content-filter":
             message["content"], finish = None, "content_filter"
-        elif model == "refusal-field":  # structured outputs: the model's refusal, outside the content
+        elif case == "refusal-field":  # structured outputs: the model's refusal, outside the content
             message.update(content=None, refusal=REFUSAL)
         self._json(200, {"id": "chatcmpl-orbench", "object": "chat.completion", "created": 1767225600, "model": model,
                          "choices": [{"index": 0, "message": message, "finish_reason": finish}],
                          "usage": {"prompt_tokens": 12, "completion_tokens": 40, "total_tokens": 52}})
 
     # -- Gemini generateContent -----------------------------------------------------------------------
-    def _gemini(self, model: str) -> None:
+    def _gemini(self, model: str, case: str) -> None:
         usage = {"promptTokenCount": 12, "candidatesTokenCount": 40, "totalTokenCount": 52}
-        if model == "blocked-prompt":  # the prompt itself is blocked: no candidate at all
+        if case == "blocked-prompt":  # the prompt itself is blocked: no candidate at all
             self._json(200, {"promptFeedback": {"blockReason": "SAFETY", "safetyRatings": [
                 {"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH", "blocked": True}]},
                 "usageMetadata": {"promptTokenCount": 12, "totalTokenCount": 12}, "modelVersion": model})
             return
-        finish = {"safety": "SAFETY", "prohibited": "PROHIBITED_CONTENT"}.get(model, "STOP")
+        finish = {"safety": "SAFETY", "prohibited": "PROHIBITED_CONTENT"}.get(case, "STOP")
         candidate: dict[str, Any] = {"content": {"role": "model", "parts": [{"text": ANSWER}]}, "finishReason": finish,
                                      "index": 0}
         if finish != "STOP":  # a blocked candidate has no content, only its ratings
