@@ -107,6 +107,7 @@ class FetchLoop:
         self._failing: Counter[int] = Counter()  # prompts in a row that failed every attempt since the last reply (GONE_STOP)
         self._rejected: dict[int, tuple[str, int]] = {}  # the same 4xx on prompts in a row, none answered (REJECTED_STOP)
         self._gates: dict[int, Gate] = {}
+        self._stop = asyncio.Event()  # run()'s: a prompt that waited for its turn at a gate is not asked after it
         self._waking: dict[int, float] = {}  # id of each long retry wait -> when it ends (epoch seconds)
         self._last_answer: dict[int, float] = {}  # monotonic time of each configuration's last reply
         self._pending_records: list[tuple[str, dict[str, Any]]] = []
@@ -116,7 +117,7 @@ class FetchLoop:
 
     async def run(self, jobs: list[Job], stop: asyncio.Event | None = None) -> None:
         """Every job ends with an outcome row, whatever happens (a crash here becomes each job's error)."""
-        stop = stop or asyncio.Event()
+        stop = self._stop = stop or asyncio.Event()
         self.store.start_run(self.run_id, len(jobs), self.shard, self.shards)
         queue = self._queue
         misses = [job for job in jobs if job.record is None]
@@ -234,6 +235,8 @@ class FetchLoop:
         stopped = self._fatal or self._dead.get(job.config)
         if stopped is not None:
             return Outcome(error=f"{NOT_REQUESTED}{stopped}")
+        if self._stop.is_set():
+            return Outcome(error=f"{NOT_REQUESTED}the run stopped before this prompt was asked")
         caller = self._callers[job.config]
         started = time.monotonic()
 

@@ -498,11 +498,12 @@ def test_a_second_ctrl_c_ends_the_wait_for_the_replies_in_flight_and_says_so(
     proc = start_run(pytester.path, server, "--orbench-datasets", "toxic", "--orbench-sample", "8", "--orbench-seed",
                      "3", "--orbench-concurrency", "4", "-q")
     deadline = time.monotonic() + 60
-    while stats(server.url)["requests"] < 4 and proc.poll() is None and time.monotonic() < deadline:
+    # The first call goes alone (fetch/gate.py): the others wait for its reply, and are not asked after the stop.
+    while stats(server.url)["requests"] < 1 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
-    time.sleep(1.0)  # the first one is handled: the session waits for the 4 replies in flight (~2 s more)
+    time.sleep(1.0)  # the first one is handled: the session waits for the reply in flight (~2 s more)
     assert stats(server.url)["completions"] == 0
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
@@ -512,12 +513,13 @@ def test_a_second_ctrl_c_ends_the_wait_for_the_replies_in_flight_and_says_so(
                      r"the fetch process \(pid \d+\) stores the replies it was asked for by itself, and the next run "
                      r"reuses them", out), out
     deadline = time.monotonic() + 30
-    while stats(server.url)["completions"] < 4 and time.monotonic() < deadline:
+    while stats(server.url)["completions"] < 1 and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.5)  # committed within 50 ms of the last reply
     rerun = pytester.runpytest_subprocess(*mock_args(server, "--orbench-datasets", "toxic", "--orbench-sample", "8",
                                                      "--orbench-seed", "3", "--orbench-concurrency", "4"), timeout=120)
-    rerun.stdout.fnmatch_lines(["orbench: 8 prompts, 4 stored, 4 to fetch, 4 at a time"])
+    rerun.stdout.fnmatch_lines(["orbench: 8 prompts, 1 stored, 7 to fetch, 4 at a time"])
+    assert stats(server.url)["requests"] == 8  # none asked after the stop, none asked twice
 
 
 def group_members(group: int) -> list[int]:
@@ -558,10 +560,11 @@ def test_a_signal_to_the_whole_process_group_still_stores_the_replies_in_flight(
                             stderr=subprocess.STDOUT, start_new_session=True)  # a group of its own, as in a shell
     try:
         deadline = time.monotonic() + 60
-        while stats(server.url)["requests"] < 4 and proc.poll() is None and time.monotonic() < deadline:
+        while stats(server.url)["requests"] < 5 and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
         served = stats(server.url)
-        assert served["requests"] == 4 and served["completions"] == 0  # 4 in flight, 1.5 s from their replies
+        # The first call went alone (fetch/gate.py); then 4 in flight, 1.5 s from their replies.
+        assert served["requests"] == 5 and served["completions"] == 1
         os.killpg(proc.pid, getattr(signal, signame))
         out, _ = proc.communicate(timeout=60)  # bounded: the parent waits at most for the drain
         deadline = time.monotonic() + 30
@@ -574,7 +577,7 @@ def test_a_signal_to_the_whole_process_group_still_stores_the_replies_in_flight(
             proc.wait(timeout=10)
     rerun = pytester.runpytest_subprocess(*mock_args(server, "--orbench-datasets", "toxic", "--orbench-sample", "8",
                                                      "--orbench-seed", "3", "--orbench-concurrency", "4"), timeout=120)
-    rerun.stdout.fnmatch_lines(["orbench: 8 prompts, 4 stored, 4 to fetch, 4 at a time"])
+    rerun.stdout.fnmatch_lines(["orbench: 8 prompts, 5 stored, 3 to fetch, 4 at a time"])
     served = stats(server.url)
     assert served["completions"] == 8 and served["duplicates"] == 0  # the 4 in flight were stored, not asked again
 
