@@ -60,6 +60,9 @@ def _named(chain: list[BaseException], text: str, params: Mapping[str, Any]) -> 
     for error in _bodies(chain):
         if isinstance(error.get("param"), str) and error["param"] in params:
             return str(error["param"])
+    listed = re.search(r"""(?:argument|parameter)s?(?: supplied)?:\s*[`'"]?([A-Za-z_]\w*)""", text)  # "supplied: seed"
+    if listed and listed.group(1) in params:
+        return listed.group(1)
     for name in sorted(params, key=len, reverse=True):  # max_completion_tokens before max_tokens
         quoted = rf"""[`'"]{re.escape(name)}[`'"]|(?<![A-Za-z_]){re.escape(name)}\s*="""
         word = rf"(?<![A-Za-z_]){re.escape(name)}(?![A-Za-z_])"  # only a long name: "n" or "stop" are words too
@@ -72,7 +75,9 @@ def _fix(name: str, text: str, litellm_knows: bool) -> str:
     """How to change the settings so that the model takes the request, shortest first: the gate's summary quotes
     the first 200 characters of the most common error."""
     if name == "temperature":
-        accepted = re.search(r"only (?:the default \()?(?:temperature ?= ?)?(\d+(?:\.\d+)?)", text, re.IGNORECASE)
+        # "Only the default (1) value is supported" (OpenAI), "Only temperature=1" (litellm), "may only be set to 1"
+        accepted = re.search(r"only (?:be set to |the default \()?(?:temperature ?= ?)?(\d+(?:\.\d+)?)", text,
+                             re.IGNORECASE)
         fixes = [f"--orbench-temperature {accepted.group(1)} (what it accepts)" if accepted else
                  "a --orbench-temperature it accepts"]
     elif name == "max_tokens" and "max_completion_tokens" in text:

@@ -233,6 +233,67 @@ def test_fatal_error_stops_all_calls(tmp_path: Path) -> None:
     assert all(e and "AuthenticationError" in e for e in errors)
 
 
+def test_the_first_call_goes_alone_so_a_rejected_request_is_sent_once(tmp_path: Path) -> None:
+    # A rejected key, parameter or model: at concurrency 16 all 16 requests went out before the first came back.
+    caller = RaisingCaller(EndpointError("the model rejects temperature=0.0 (HTTP 400); fix: ...", retryable=False,
+                                         fatal=True, status=400))
+    jobs = [Job(f"k{i}", f"p{i}", i) for i in range(40)]
+    run_loop(Store(tmp_path), caller, jobs, concurrency=16, retries=3)
+    assert caller.prompts == ["p0"]
+    calls = [Waiter(Store(tmp_path), "r").result(j.key) for j in jobs]
+    assert all(c.error and "rejects temperature" in c.error for c in calls)
+    assert [c.fetched for c in calls] == [True] + [False] * 39  # "calls made": the one request sent
+
+
+def test_once_the_endpoint_answers_the_calls_go_at_full_concurrency(tmp_path: Path) -> None:
+    caller = SlowCaller()
+    run_loop(Store(tmp_path), caller, [Job(f"k{i}", f"p{i}", i) for i in range(40)], concurrency=8)
+    assert caller.prompts[0] == "p0" and caller.peak == 8
+
+    class Busy(SlowCaller):  # a 429 first: an endpoint that takes calls, so the others go during its backoff
+        async def __call__(self, prompt: str) -> Reply:
+            if prompt == "p0" and "p0" not in self.prompts:
+                self.prompts.append(prompt)
+                raise EndpointError("HTTP 429 from host: slow down", retryable=True, retry_after=0.05, status=429)
+            return await super().__call__(prompt)
+
+    busy = Busy()
+    run_loop(Store(tmp_path / "busy"), busy, [Job(f"k{i}", f"p{i}", i) for i in range(20)], concurrency=4, retries=1)
+    assert busy.prompts[:2] == ["p0", "p1"] and busy.prompts.count("p0") == 2 and len(busy.prompts) == 21
+
+
+def test_the_same_400_on_the_first_prompts_stops_the_calls(tmp_path: Path) -> None:
+    # A 400 the plugin cannot read as a parameter (a proxy's "invalid request"): the same on 3 prompts in a row,
+    # none answered, is the request as configured. Each went alone: 3 requests at concurrency 16.
+    caller = RaisingCaller(EndpointError("HTTP 400 from host: invalid request", retryable=False, status=400))
+    jobs = [Job(f"k{i}", f"p{i}", i) for i in range(40)]
+    run_loop(Store(tmp_path), caller, jobs, concurrency=16, retries=3)
+    assert caller.prompts == ["p0", "p1", "p2"]
+    errors = [Waiter(Store(tmp_path), "r").result(j.key).error for j in jobs]
+    assert errors[3] == ("not requested: HTTP 400 from host: invalid request (so did the first 3 prompts, the same each "
+                         "time, and none was answered: the endpoint rejects the request as configured, whatever the "
+                         "prompt (a parameter, the model's name, litellm_kwargs?), so no more calls are made)")
+
+    class SomeRejected(SlowCaller):  # a 400 of a few prompts among answers: theirs, not the settings'
+        async def __call__(self, prompt: str) -> Reply:
+            if prompt in ("p0", "p2", "p3", "p4"):
+                self.prompts.append(prompt)
+                raise EndpointError("HTTP 400 from host: invalid request", retryable=False, status=400)
+            return await super().__call__(prompt)
+
+    some = SomeRejected()
+    run_loop(Store(tmp_path / "some"), some, [Job(f"k{i}", f"p{i}", i) for i in range(20)], concurrency=4)
+    assert len(some.prompts) == 20
+
+
+def test_a_request_never_sent_is_no_call_made(tmp_path: Path) -> None:
+    caller = RaisingCaller(EndpointError("litellm will not send temperature=0.0 to this model", retryable=False,
+                                         fatal=True, sent=False))
+    jobs = [Job(f"k{i}", f"p{i}", i) for i in range(5)]
+    run_loop(Store(tmp_path), caller, jobs)
+    assert [Waiter(Store(tmp_path), "r").result(j.key).fetched for j in jobs] == [False] * 5
+
+
 def test_an_unreachable_endpoint_stops_all_calls_at_once_with_one_message(tmp_path: Path) -> None:
     caller = RaisingCaller(EndpointError("connection refused by 127.0.0.1:9", retryable=True, unreachable=True))
     jobs = [Job(f"k{i}", f"p{i}", i) for i in range(200)]

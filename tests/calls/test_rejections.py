@@ -1,0 +1,122 @@
+"""What a provider's error or message says outside the reply's text: a content filter's 400 (filtered_request), a
+parameter the model rejects (rejected_setting), the refusal field and reasoning without text (read_message).
+Exceptions built as the OpenAI SDK and httpx raise them; tests/e2e/test_providers.py goes through litellm."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from pytest_orbench.calls.rejections import filtered_request, rejected_setting
+from pytest_orbench.calls.reply import REASONING_ONLY, REFUSAL_FIELD, read_message
+
+AZURE_FILTER_WORDS = ("The response was filtered due to the prompt triggering Azure OpenAI's content management policy. "
+                      "Please modify your prompt and retry.")
+PARAMS = {"temperature": 0.0, "max_tokens": 1000, "seed": 7, "stop": None}
+
+
+def sdk_error(status: int, error: dict[str, Any]) -> Exception:
+    """The OpenAI SDK's error for a JSON error body, wrapped as litellm wraps it (its own class, the SDK's as cause)."""
+    body = {"error": error}
+    response = httpx.Response(status, json=body, request=httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions"))
+    cls = openai.BadRequestError if status == 400 else openai.APIStatusError
+    cause = cls(f"Error code: {status} - {body}", response=response, body=error)
+    wrapped = RuntimeError(f"litellm.BadRequestError: OpenAIException - {error.get('message')}")
+    wrapped.__cause__ = cause
+    return wrapped
+
+
+def httpx_error(status: int, text: str) -> Exception:
+    """An httpx status error, as litellm's own handlers (Anthropic, Gemini) chain it."""
+    request = httpx.Request("POST", "http://127.0.0.1:9/v1/messages")
+    cause = httpx.HTTPStatusError(text, request=request, response=httpx.Response(status, text=text, request=request))
+    wrapped = RuntimeError(f"litellm.BadRequestError: AnthropicException - {text}")
+    wrapped.__cause__ = cause
+    return wrapped
+
+
+class ContentPolicyViolationError(Exception):
+    """Named as litellm's (what the check goes by)."""
+
+
+class UnsupportedParamsError(Exception):
+    """Named as litellm's."""
+
+
+@pytest.mark.parametrize(("exc", "checker", "filtered"), [
+    (sdk_error(400, {"message": AZURE_FILTER_WORDS, "code": "content_filter", "param": "prompt"}), None, True),
+    (sdk_error(400, {"message": "blocked", "code": None, "innererror": {"code": "ResponsibleAIPolicyViolation"}}), None,
+     True),
+    (sdk_error(400, {"message": "blocked", "code": "content_policy_violation"}), None, True),
+    # The words alone: litellm's own checker knows them; without it, no guess.
+    (sdk_error(400, {"message": AZURE_FILTER_WORDS, "code": None}), lambda text: "azure openai's content" in text.lower(),
+     True),
+    (sdk_error(400, {"message": AZURE_FILTER_WORDS, "code": None}), None, False),
+    (httpx_error(400, '{"error": {"code": "content_filter", "message": "filtered"}}'), None, True),
+    (ContentPolicyViolationError("litellm.ContentPolicyViolationError: ..."), None, True),
+    # Not a filter's refusal: a server fault that mentions one, a parameter, a rate limit.
+    (sdk_error(500, {"message": "content_filter service down", "code": "content_filter"}), None, False),
+    (sdk_error(400, {"message": "Unsupported value: 'temperature'", "param": "temperature"}), None, False),
+    (httpx_error(429, "rate limited"), None, False),
+], ids=["code", "innererror", "content_policy_violation", "litellm's words", "words, no checker", "httpx body",
+        "litellm's class", "500", "a parameter", "429"])
+def test_a_content_filters_400_is_a_refusal_and_nothing_else_is(exc: Exception, checker: Any, filtered: bool) -> None:
+    assert filtered_request(exc, checker) is filtered
+
+
+@pytest.mark.parametrize(("exc", "says"), [
+    (sdk_error(400, {"message": "Unsupported value: 'temperature' does not support 0 with this model. Only the default "
+                                "(1) value is supported.", "param": "temperature", "code": "unsupported_value"}),
+     "the model rejects temperature=0.0 (HTTP 400); fix: --orbench-temperature 1 (what it accepts), or leave it out: "
+     "`litellm_kwargs: {temperature: null}`. 127.0.0.1:9 said: Unsupported value:"),
+    (sdk_error(400, {"message": "Unsupported parameter: 'max_tokens' is not supported with this model. Use "
+                                "'max_completion_tokens' instead.", "param": "max_tokens"}),
+     "the model rejects max_tokens=1000 (HTTP 400); fix: the limit under the name it takes: "
+     "`litellm_kwargs: {max_tokens: null, max_completion_tokens: 1000}`, or leave it out: `litellm_kwargs: {max_tokens: null}`"),
+    (httpx_error(400, '{"type": "error", "error": {"type": "invalid_request_error", "message": "`temperature` may only '
+                      'be set to 1 when thinking is enabled."}}'),
+     "the model rejects temperature=0.0 (HTTP 400); fix: --orbench-temperature 1 (what it accepts)"),
+    (sdk_error(400, {"message": "Unrecognized request argument supplied: seed", "param": None}),
+     "the model rejects seed=7 (HTTP 400); fix: leave it out: `litellm_kwargs: {seed: null}`"),
+    (UnsupportedParamsError("litellm.UnsupportedParamsError: O-series models don't support temperature=0.0. Only "
+                            "temperature=1 is supported. To drop unsupported openai params from the call, set "
+                            "`litellm.drop_params = True`"),
+     "litellm will not send temperature=0.0 to this model; fix: `litellm_kwargs: {drop_params: true}` (litellm leaves "
+     "out what the model does not take), or --orbench-temperature 1 (what it accepts)"),
+], ids=["OpenAI temperature", "max_tokens", "Anthropic thinking", "an argument of litellm_kwargs", "litellm"])
+def test_a_parameter_the_model_rejects_stops_the_calls_naming_it_and_the_fix(exc: Exception, says: str) -> None:
+    error = rejected_setting(exc, PARAMS, "http://127.0.0.1:9/v1")
+    assert error is not None and error.fatal and not error.retryable and says in str(error)
+    assert error.sent is (type(exc).__name__ != "UnsupportedParamsError")
+
+
+@pytest.mark.parametrize("exc", [
+    # One prompt's, not the settings': too long for the model, or a message it cannot take.
+    sdk_error(400, {"message": "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens "
+                               "(4000 in the messages, 1000 in the completion).", "param": "messages",
+                    "code": "context_length_exceeded"}),
+    sdk_error(400, {"message": "Invalid 'messages[0].content': string too long.", "param": "messages[0].content"}),
+    # A parameter the run did not send, a short name read as a word, a rate limit that names a parameter.
+    sdk_error(400, {"message": "Unsupported parameter: 'top_k' is not supported with this model.", "param": "top_k"}),
+    sdk_error(400, {"message": "Stop: the tool choice is not supported here.", "param": None}),
+    httpx_error(429, "temperature is not supported while you are rate limited"),
+], ids=["context window", "message too long", "not sent", "a short name as a word", "429"])
+def test_anything_else_is_left_to_the_rules_for_errors(exc: Exception) -> None:
+    assert rejected_setting(exc, PARAMS, None) is None
+
+
+@pytest.mark.parametrize(("message", "read"), [
+    (("An answer.", None, None, "stop"), ("An answer.", "stop")),
+    ((None, "I can't help with that.", None, "stop"), ("I can't help with that.", REFUSAL_FIELD)),
+    (("Here is", "I can't go on.", None, "stop"), ("Here is\n\nI can't go on.", REFUSAL_FIELD)),
+    ((None, None, "Thinking it over.", "stop"), ("", REASONING_ONLY)),
+    ((None, None, [{"type": "thinking"}], "stop"), ("", REASONING_ONLY)),
+    ((None, None, "Thinking it over.", "length"), ("", "length")),  # cut at max_tokens: an error (no_visible_text)
+    (("", None, None, "stop"), ("", "stop")),  # an empty reply, as before
+    (("An answer.", "", "Thinking.", "stop"), ("An answer.", "stop")),
+], ids=["text", "refusal", "text and refusal", "reasoning only", "thinking blocks", "cut", "empty", "all"])
+def test_a_message_is_read_with_what_it_says_outside_the_text(message: tuple[Any, ...], read: tuple[str, str]) -> None:
+    assert read_message(*message) == read
