@@ -55,6 +55,15 @@ _REJECTS = re.compile(r"unsupported (?:value|parameter)|not supported|does not s
 _PER_PROMPT = ("ContextWindowExceededError",)
 
 
+# What the call sends besides the request's parameters: never named, and a key's value never shown.
+_NOT_PARAMETERS = frozenset(("api_key", "api_base", "base_url", "timeout", "extra_headers", "headers"))
+
+
+def _shown(name: str, value: Any) -> str:
+    """`name=value` for a number or a switch; the name alone for anything else (a string may be a secret)."""
+    return f"{name}={value!r}" if isinstance(value, (int, float, bool)) else name
+
+
 def _named(chain: list[BaseException], text: str, params: Mapping[str, Any]) -> str | None:
     """The parameter the error names, among those the request sent."""
     for error in _bodies(chain):
@@ -99,7 +108,7 @@ def rejected_setting(exc: BaseException, params: Mapping[str, Any], api_base: st
     anything else (a 400 of one prompt, a context window exceeded)."""
     chain = _chain(exc)
     names = {type(e).__name__ for e in chain}
-    sent = {k: v for k, v in params.items() if v is not None}
+    sent = {k: v for k, v in params.items() if v is not None and k not in _NOT_PARAMETERS}
     text = " ".join(" ".join(str(e).split()) for e in chain)
     if "UnsupportedParamsError" in names:
         name = _named(chain, text, sent)
@@ -107,12 +116,12 @@ def rejected_setting(exc: BaseException, params: Mapping[str, Any], api_base: st
             return EndpointError(f"litellm will not send the request as configured to this model; fix: "
                                  "`litellm_kwargs: {drop_params: true}` (litellm leaves out what the model does not "
                                  f"take). litellm said: {_message(exc)[:240]}", retryable=False, fatal=True, sent=False)
-        return EndpointError(f"litellm will not send {name}={sent[name]!r} to this model; fix: {_fix(name, text, True)}. "
+        return EndpointError(f"litellm will not send {_shown(name, sent[name])} to this model; fix: {_fix(name, text, True)}. "
                              f"litellm said: {_message(exc)[:240]}", retryable=False, fatal=True, sent=False)
     if names & set(_PER_PROMPT) or _sent_status(chain) != 400 or not _REJECTS.search(text):
         return None
     name = _named(chain, text, sent)
     if name is None:
         return None
-    return EndpointError(f"the model rejects {name}={sent[name]!r} (HTTP 400); fix: {_fix(name, text, False)}. "
+    return EndpointError(f"the model rejects {_shown(name, sent[name])} (HTTP 400); fix: {_fix(name, text, False)}. "
                          f"{_where(chain, api_base)} said: {_message(exc)[:240]}", retryable=False, fatal=True, status=400)

@@ -15,7 +15,8 @@ from pytest_orbench.calls.reply import REASONING_ONLY, REFUSAL_FIELD, read_messa
 
 AZURE_FILTER_WORDS = ("The response was filtered due to the prompt triggering Azure OpenAI's content management policy. "
                       "Please modify your prompt and retry.")
-PARAMS = {"temperature": 0.0, "max_tokens": 1000, "seed": 7, "stop": None}
+PARAMS = {"temperature": 0.0, "max_tokens": 1000, "seed": 7, "stop": None, "reasoning_effort": "minimal",
+          "api_key": "sk-secret-not-shown", "api_base": "http://127.0.0.1:9/v1"}
 
 
 def sdk_error(status: int, error: dict[str, Any]) -> Exception:
@@ -81,12 +82,17 @@ def test_a_content_filters_400_is_a_refusal_and_nothing_else_is(exc: Exception, 
      "the model rejects temperature=0.0 (HTTP 400); fix: --orbench-temperature 1 (what it accepts)"),
     (sdk_error(400, {"message": "Unrecognized request argument supplied: seed", "param": None}),
      "the model rejects seed=7 (HTTP 400); fix: leave it out: `litellm_kwargs: {seed: null}`"),
+    # A string's value is not shown (it may be a secret): the name is enough.
+    (sdk_error(400, {"message": "Unsupported value: 'reasoning_effort' does not support 'minimal' with this model.",
+                     "param": "reasoning_effort"}),
+     "the model rejects reasoning_effort (HTTP 400); fix: leave it out: `litellm_kwargs: {reasoning_effort: null}`"),
     (UnsupportedParamsError("litellm.UnsupportedParamsError: O-series models don't support temperature=0.0. Only "
                             "temperature=1 is supported. To drop unsupported openai params from the call, set "
                             "`litellm.drop_params = True`"),
      "litellm will not send temperature=0.0 to this model; fix: `litellm_kwargs: {drop_params: true}` (litellm leaves "
      "out what the model does not take), or --orbench-temperature 1 (what it accepts)"),
-], ids=["OpenAI temperature", "max_tokens", "Anthropic thinking", "an argument of litellm_kwargs", "litellm"])
+], ids=["OpenAI temperature", "max_tokens", "Anthropic thinking", "an argument of litellm_kwargs", "a string",
+        "litellm"])
 def test_a_parameter_the_model_rejects_stops_the_calls_naming_it_and_the_fix(exc: Exception, says: str) -> None:
     error = rejected_setting(exc, PARAMS, "http://127.0.0.1:9/v1")
     assert error is not None and error.fatal and not error.retryable and says in str(error)
@@ -103,7 +109,9 @@ def test_a_parameter_the_model_rejects_stops_the_calls_naming_it_and_the_fix(exc
     sdk_error(400, {"message": "Unsupported parameter: 'top_k' is not supported with this model.", "param": "top_k"}),
     sdk_error(400, {"message": "Stop: the tool choice is not supported here.", "param": None}),
     httpx_error(429, "temperature is not supported while you are rate limited"),
-], ids=["context window", "message too long", "not sent", "a short name as a word", "429"])
+    # The key and the endpoint go with the call but are no parameters of it: never named, never shown.
+    sdk_error(400, {"message": "Unsupported parameter: 'api_key' is not supported here.", "param": "api_key"}),
+], ids=["context window", "message too long", "not sent", "a short name as a word", "429", "the key"])
 def test_anything_else_is_left_to_the_rules_for_errors(exc: Exception) -> None:
     assert rejected_setting(exc, PARAMS, None) is None
 
