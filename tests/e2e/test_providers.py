@@ -162,13 +162,15 @@ def run_args(server: ProviderServer, model: str, *extra: str) -> list[str]:
             "-p", "no:randomly", "--orbench-datasets=prompts.csv:answer", "--orbench-json", "r.json", *extra]
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("orbench_env")
 def test_a_model_that_rejects_temperature_is_asked_once_and_the_message_names_the_fix(
         pytester: pytest.Pytester, providers: ProviderServer) -> None:
     prompt_file(pytester.path / "prompts.csv")
     model = "my-reasoner--no-temperature"
+    before = providers.sent(model)
     result = pytester.runpytest(*run_args(providers, f"openai/{model}"))  # at the default concurrency, 16
-    assert providers.sent(model) < 3
+    assert providers.sent(model) - before == 1  # fewer than 3, as issue 42 asks: the first call goes alone
     # The fix is in every prompt's error, and in the gate's summary, which quotes the first 200 characters.
     result.stdout.fnmatch_lines(["*INCONCLUSIVE: prompts error budget*most common error: not requested: the model "
                                  "rejects temperature=0.0 (HTTP 400); fix: --orbench-temperature 1 (what it accepts), "
@@ -182,21 +184,24 @@ def test_a_model_that_rejects_temperature_is_asked_once_and_the_message_names_th
     assert "temperature" not in providers.bodies[-1]
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("orbench_env")
 def test_a_parameter_litellm_will_not_send_stops_at_once_and_no_call_is_counted(
         pytester: pytest.Pytester, providers: ProviderServer) -> None:
     prompt_file(pytester.path / "prompts.csv")
+    before = providers.sent("o3-mini")
     result = pytester.runpytest(*run_args(providers, "openai/o3-mini"))
-    assert providers.sent("o3-mini") == 0
+    assert providers.sent("o3-mini") == before == 0
     result.stdout.fnmatch_lines(["calls: 0 made this run, 0 replies from the store, 1 error after retries, 9 prompts "
                                  "not asked (the calls had stopped)*",
                                  "*most common error: not requested: litellm will not send temperature=0.0 to this "
                                  "model; fix: `litellm_kwargs: {drop_params: true}`*"])
     pytester.path.joinpath("orbench.yaml").write_text("litellm_kwargs: {drop_params: true}\n", encoding="utf-8")
     fixed = pytester.runpytest(*run_args(providers, "openai/o3-mini"))
-    assert fixed.ret == 0 and providers.sent("o3-mini") == 10
+    assert fixed.ret == 0 and providers.sent("o3-mini") == 10 and "temperature" not in providers.bodies[-1]
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("orbench_env")
 def test_an_azure_filter_through_openai_on_prompts_the_baseline_answered_is_newly_refused(
         pytester: pytest.Pytester, mock_factory: Callable[..., MockServer], data_dir: Path) -> None:
