@@ -13,6 +13,7 @@ from typing import Any, Protocol, TypeVar
 
 from pytest_orbench.calls.errors import MAX_BACKOFF, EndpointError
 from pytest_orbench.calls.litellm_api import LiteLLMCaller
+from pytest_orbench.calls.rejections import RUN, Knobs
 from pytest_orbench.calls.reply import Reply
 from pytest_orbench.calls.scrubbing import hide, scrub, secrets_of
 from pytest_orbench.core.endpoint import TARGET_PARAMETERS, LoadError, ModelSpec, load_callable
@@ -121,12 +122,13 @@ def load_target(spec: str) -> Callable[..., Any]:
 
 
 def make_caller(system_prompt: str | None, *, spec: ModelSpec | None = None, target: str | None = None,
-                timeout: float = 60.0) -> Caller:
-    """The caller of one configuration: the user's function (`target`, `module:attr`) or a model through litellm."""
+                timeout: float = 60.0, knobs: Knobs = RUN) -> Caller:
+    """The caller of one configuration: the user's function (`target`, `module:attr`) or a model through litellm
+    (`knobs`: where its settings are written, the run's or the live base's)."""
     if target:
         return CallableCaller(target, system_prompt, timeout)
     assert spec is not None, "a configuration has a target or a model"
-    return LiteLLMCaller(spec, system_prompt)
+    return LiteLLMCaller(spec, system_prompt, knobs)
 
 
 def backoff(attempt: int, retry_after: float | None) -> float:

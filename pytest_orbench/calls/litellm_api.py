@@ -11,7 +11,7 @@ import warnings
 from typing import Any
 
 from pytest_orbench.calls.errors import EndpointError, describe_failure
-from pytest_orbench.calls.rejections import filtered_request, rejected_setting
+from pytest_orbench.calls.rejections import RUN, Knobs, filtered_request, rejected_setting
 from pytest_orbench.calls.reply import FILTERED_REQUEST, Reply, no_visible_text, read_message
 from pytest_orbench.calls.scrubbing import hide, secrets_of
 from pytest_orbench.core.dependencies import refuse_compromised, shield_dependency_warnings
@@ -132,9 +132,10 @@ def api_key_for(model: str, api_base: str | None, api_key_env: str | None, *, wh
 class LiteLLMCaller:
     """Calls a model through litellm.acompletion; maps its exceptions onto EndpointError."""
 
-    def __init__(self, spec: ModelSpec, system_prompt: str | None = None) -> None:
+    def __init__(self, spec: ModelSpec, system_prompt: str | None = None, knobs: Knobs = RUN) -> None:
         self.spec = spec
         self.system_prompt = system_prompt
+        self.knobs = knobs  # where its settings are written: a rejected parameter's message names the fix there
         _import_litellm()  # now, where it fails as this caller (a compromised release, no litellm)
         self._secrets = secrets_of(spec)
 
@@ -187,7 +188,8 @@ class LiteLLMCaller:
             if filtered_request(exc, _litellm_recognises_filter()):
                 # The provider's content filter refused the prompt: its answer, as a filtered reply (a refusal).
                 return Reply("", FILTERED_REQUEST)
-            failure = rejected_setting(exc, kwargs, spec.api_base) or describe_failure(exc, spec.api_base, spec.timeout)
+            failure = (rejected_setting(exc, kwargs, spec.api_base, self.knobs)
+                       or describe_failure(exc, spec.api_base, spec.timeout))
             raise EndpointError(self._scrub(str(failure)), retryable=failure.retryable, retry_after=failure.retry_after,
                                 unreachable=failure.unreachable, fatal=failure.fatal, timed_out=failure.timed_out,
                                 sent=failure.sent, status=failure.status) from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pytest_orbench.calls.errors import EndpointError, _chain, _message, _sent_status, _where
@@ -80,28 +81,46 @@ def _named(chain: list[BaseException], text: str, params: Mapping[str, Any]) -> 
     return None
 
 
-def _fix(name: str, text: str, litellm_knows: bool) -> str:
+@dataclass(frozen=True)
+class Knobs:
+    """Where a caller's settings are written, for the fix its rejected parameter's message names: the run's own, the
+    live base's, the LLM judge's (whose temperature is fixed at 0), or a model of `orbench generate`."""
+
+    temperature: str | None  # the setting with the value {v}
+    max_tokens: str | None
+    kwargs: str
+
+
+RUN = Knobs("--orbench-temperature {v}", "--orbench-max-tokens", "litellm_kwargs")
+BASE = Knobs("--orbench-base-temperature {v}", "--orbench-base-max-tokens", "base.litellm_kwargs")
+JUDGE = Knobs(None, "--orbench-judge-max-tokens", "judge_litellm_kwargs")
+GENERATE = Knobs("`temperature: {v}` in the model's entry", "`max_tokens:` in the model's entry", "litellm_kwargs")
+
+
+def _fix(name: str, text: str, litellm_knows: bool, knobs: Knobs) -> str:
     """How to change the settings so that the model takes the request, shortest first: the gate's summary quotes
     the first 200 characters of the most common error."""
+    fixes = []
     if name == "temperature":
         # "Only the default (1) value is supported" (OpenAI), "Only temperature=1" (litellm), "may only be set to 1"
         accepted = re.search(r"only (?:be set to |the default \()?(?:temperature ?= ?)?(\d+(?:\.\d+)?)", text,
                              re.IGNORECASE)
-        fixes = [f"--orbench-temperature {accepted.group(1)} (what it accepts)" if accepted else
-                 "a --orbench-temperature it accepts"]
+        value = accepted.group(1) if accepted else "<one it accepts>"
+        fixes.append(f"{knobs.temperature.format(v=value)} (what it accepts)" if knobs.temperature else
+                     f"`{knobs.kwargs}: {{temperature: {value}}}` (what it accepts)")
     elif name == "max_tokens" and "max_completion_tokens" in text:
-        fixes = ["the limit under the name it takes: `litellm_kwargs: {max_tokens: null, max_completion_tokens: 1000}`"]
-    elif name == "max_tokens":
-        fixes = ["a --orbench-max-tokens it accepts"]
-    else:
-        fixes = []
-    fixes.append(f"leave it out: `litellm_kwargs: {{{name}: null}}`")
+        fixes.append(f"the limit under the name it takes: `{knobs.kwargs}: {{max_tokens: null, max_completion_tokens: "
+                     "1000}`")
+    elif name == "max_tokens" and knobs.max_tokens:
+        fixes.append(f"a limit it accepts ({knobs.max_tokens})")
+    fixes.append(f"leave it out: `{knobs.kwargs}: {{{name}: null}}`")
     if litellm_knows:
-        fixes.insert(0, "`litellm_kwargs: {drop_params: true}` (litellm leaves out what the model does not take)")
+        fixes.insert(0, f"`{knobs.kwargs}: {{drop_params: true}}` (litellm leaves out what the model does not take)")
     return ", or ".join(fixes)
 
 
-def rejected_setting(exc: BaseException, params: Mapping[str, Any], api_base: str | None) -> EndpointError | None:
+def rejected_setting(exc: BaseException, params: Mapping[str, Any], api_base: str | None,
+                     knobs: Knobs = RUN) -> EndpointError | None:
     """The model rejects the request as configured: litellm's UnsupportedParamsError (raised before anything is
     sent), or an HTTP 400 saying a parameter the request sent is not supported (OpenAI's reasoning models on
     `temperature`). Every prompt would fail alike: a fatal error, naming the parameter and the fix. None for
@@ -113,15 +132,17 @@ def rejected_setting(exc: BaseException, params: Mapping[str, Any], api_base: st
     if "UnsupportedParamsError" in names:
         name = _named(chain, text, sent)
         if name is None:
-            return EndpointError(f"litellm will not send the request as configured to this model; fix: "
-                                 "`litellm_kwargs: {drop_params: true}` (litellm leaves out what the model does not "
-                                 f"take). litellm said: {_message(exc)[:240]}", retryable=False, fatal=True, sent=False)
-        return EndpointError(f"litellm will not send {_shown(name, sent[name])} to this model; fix: {_fix(name, text, True)}. "
-                             f"litellm said: {_message(exc)[:240]}", retryable=False, fatal=True, sent=False)
+            return EndpointError(f"litellm will not send the request as configured to this model; fix: `{knobs.kwargs}: "
+                                 "{drop_params: true}` (litellm leaves out what the model does not take). litellm "
+                                 f"said: {_message(exc)[:240]}", retryable=False, fatal=True, sent=False)
+        return EndpointError(f"litellm will not send {_shown(name, sent[name])} to this model; fix: "
+                             f"{_fix(name, text, True, knobs)}. litellm said: {_message(exc)[:240]}", retryable=False,
+                             fatal=True, sent=False)
     if names & set(_PER_PROMPT) or _sent_status(chain) != 400 or not _REJECTS.search(text):
         return None
     name = _named(chain, text, sent)
     if name is None:
         return None
-    return EndpointError(f"the model rejects {_shown(name, sent[name])} (HTTP 400); fix: {_fix(name, text, False)}. "
-                         f"{_where(chain, api_base)} said: {_message(exc)[:240]}", retryable=False, fatal=True, status=400)
+    return EndpointError(f"the model rejects {_shown(name, sent[name])} (HTTP 400); fix: {_fix(name, text, False, knobs)}"
+                         f". {_where(chain, api_base)} said: {_message(exc)[:240]}", retryable=False, fatal=True,
+                         status=400)

@@ -260,6 +260,7 @@ def _run_shard(work: FetchFrame, shard: int, shards: int, wait_for_stop: Any,
     import asyncio
 
     from pytest_orbench.calls.client import make_caller
+    from pytest_orbench.calls.rejections import BASE, RUN
     from pytest_orbench.calls.scrubbing import remember_secrets, spec_secrets
     from pytest_orbench.core.store import Store
     from pytest_orbench.fetch.loop import FetchLoop
@@ -286,7 +287,8 @@ def _run_shard(work: FetchFrame, shard: int, shards: int, wait_for_stop: Any,
             assert spec is not None  # a model: --orbench-batch refuses a target
             endpoints.append(provider_for(spec, system_prompt, work.retries))
         batcher = BatchPhase(store, endpoints, work.batch, work.retries, max_cost, work.max_age)
-    loop = FetchLoop(store, lambda config: make_caller(configs[config][1], spec=configs[config][0]),
+    loop = FetchLoop(store, lambda config: make_caller(configs[config][1], spec=configs[config][0],
+                                                       knobs=BASE if config else RUN),
                      run_id=work.run_id,
                      concurrency=concurrency, retries=work.retries, judge=judge, judge_stage=stage,
                      shard=shard, shards=shards, max_cost=max_cost, batcher=batcher)

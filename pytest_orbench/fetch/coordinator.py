@@ -185,6 +185,7 @@ class Coordinator:
         if s.target is not None:
             # The user's function runs in this process, where their conftest set things up.
             from pytest_orbench.calls.client import Caller, make_caller
+            from pytest_orbench.calls.rejections import BASE, RUN
             from pytest_orbench.judging.llm_calls import judge_stage
 
             assert self.store is not None
@@ -194,7 +195,7 @@ class Coordinator:
             def caller(config: int) -> Caller:
                 c = configs[config]
                 return make_caller(c.system_prompt, spec=c.endpoint_spec() if c.model else None, target=c.target,
-                                   timeout=c.timeout)
+                                   timeout=c.timeout, knobs=BASE if config else RUN)
 
             loop = FetchLoop(Store(s.store), caller, run_id=self.run_id,
                              concurrency=s.concurrency,

@@ -93,8 +93,9 @@ class JudgeStage:
 
     def _litellm(self) -> Any:
         from pytest_orbench.calls.litellm_api import LiteLLMCaller
+        from pytest_orbench.calls.rejections import JUDGE
 
-        return LiteLLMCaller(self.llm.spec)
+        return LiteLLMCaller(self.llm.spec, knobs=JUDGE)
 
     async def aclose(self) -> None:
         for task in list(self._asking.values()):

@@ -4,13 +4,14 @@ Exceptions built as the OpenAI SDK and httpx raise them; tests/e2e/test_provider
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
 
-from pytest_orbench.calls.rejections import filtered_request, rejected_setting
+from pytest_orbench.calls.rejections import BASE, JUDGE, filtered_request, rejected_setting
 from pytest_orbench.calls.reply import REASONING_ONLY, REFUSAL_FIELD, read_message
 
 AZURE_FILTER_WORDS = ("The response was filtered due to the prompt triggering Azure OpenAI's content management policy. "
@@ -128,3 +129,30 @@ def test_anything_else_is_left_to_the_rules_for_errors(exc: Exception) -> None:
 ], ids=["text", "refusal", "text and refusal", "reasoning only", "thinking blocks", "cut", "empty", "all"])
 def test_a_message_is_read_with_what_it_says_outside_the_text(message: tuple[Any, ...], read: tuple[str, str]) -> None:
     assert read_message(*message) == read
+
+
+O_SERIES = ("litellm.UnsupportedParamsError: O-series models don't support temperature=0.0. Only temperature=1 is "
+            "supported. To drop unsupported openai params from the call, set `litellm.drop_params = True`")
+
+
+def test_the_fix_names_the_settings_of_whoever_made_the_call() -> None:
+    # The live base and the LLM judge have settings of their own: --orbench-temperature would change the run's model.
+    base = rejected_setting(UnsupportedParamsError(O_SERIES), PARAMS, None, BASE)
+    assert base is not None and ("fix: `base.litellm_kwargs: {drop_params: true}` (litellm leaves out what the model "
+                                 "does not take), or --orbench-base-temperature 1 (what it accepts), or leave it out: "
+                                 "`base.litellm_kwargs: {temperature: null}`") in str(base)
+    judge = rejected_setting(UnsupportedParamsError(O_SERIES), PARAMS, None, JUDGE)
+    assert judge is not None and ("fix: `judge_litellm_kwargs: {drop_params: true}` (litellm leaves out what the model "
+                                  "does not take), or `judge_litellm_kwargs: {temperature: 1}` (what it accepts)") in \
+        str(judge) and "--orbench" not in str(judge)
+
+
+def test_the_llm_judges_calls_name_the_judges_settings(tmp_path: Path) -> None:
+    from pytest_orbench.core.endpoint import ModelSpec
+    from pytest_orbench.core.store import Store
+    from pytest_orbench.judging.llm_calls import JudgeStage
+    from pytest_orbench.judging.llm_judge import LLMJudge
+
+    judge = LLMJudge(ModelSpec("openai/o3-mini", "http://127.0.0.1:9/v1", {"temperature": 0.0}))
+    assert judge.llm is not None
+    assert JudgeStage(judge.llm, Store(tmp_path), 0)._litellm().knobs is JUDGE

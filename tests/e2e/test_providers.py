@@ -196,6 +196,11 @@ def test_a_parameter_litellm_will_not_send_stops_at_once_and_no_call_is_counted(
                                  "not asked (the calls had stopped)*",
                                  "*most common error: not requested: litellm will not send temperature=0.0 to this "
                                  "model; fix: `litellm_kwargs: {drop_params: true}`*"])
+    # The same model as the live base: the fix names the base's own settings.
+    base = pytester.runpytest(*run_args(providers, "openai/gpt-4o", "--orbench-base-model", "openai/o3-mini",
+                                        f"--orbench-base-api-base={providers.url}/v1"))
+    base.stdout.fnmatch_lines(["*litellm will not send temperature=0.0 to this model; fix: `base.litellm_kwargs: "
+                               "{drop_params: true}`*--orbench-base-temperature 1*"])
     pytester.path.joinpath("orbench.yaml").write_text("litellm_kwargs: {drop_params: true}\n", encoding="utf-8")
     fixed = pytester.runpytest(*run_args(providers, "openai/o3-mini"))
     assert fixed.ret == 0 and providers.sent("o3-mini") == 10 and "temperature" not in providers.bodies[-1]

@@ -66,11 +66,12 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
 def run_generate(config: GenerateConfig, store_dir: Path, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the pipeline, write the set(s) and the summary; return the summary."""
     from pytest_orbench.calls.litellm_api import LiteLLMCaller
+    from pytest_orbench.calls.rejections import GENERATE
     from pytest_orbench.core.jsonfile import dumps, write_atomic
 
     store = Store(store_dir, check=True)
     try:
-        pipeline = Pipeline(config, store, lambda spec: LiteLLMCaller(spec), log)
+        pipeline = Pipeline(config, store, lambda spec: LiteLLMCaller(spec, knobs=GENERATE), log)
         generated = asyncio.run(pipeline.run())
     finally:
         store.close()
