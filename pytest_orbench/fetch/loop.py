@@ -250,7 +250,9 @@ class FetchLoop:
         except EndpointError as exc:
             # A prompt whose every attempt timed out, with nothing answered yet: a hung endpoint (it took
             # retries x timeout per prompt, hours for a run); an endpoint that answers some goes on.
-            if exc.ends_calls(self._answered[job.config]):
+            # A timeout of the call that went alone (no retry: the gate never opened) says less than it did when
+            # `concurrency` prompts started together and none answered: the others are asked first.
+            if exc.ends_calls(self._answered[job.config]) and not (turn.alone and exc.timed_out and not exc.fatal):
                 why = ("no prompt was answered, so no more calls are made" if not self._answered[job.config]
                        else "so no more calls are made to it")
                 self._dead.setdefault(job.config, f"{exc} ({why})")

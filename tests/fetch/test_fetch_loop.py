@@ -262,6 +262,24 @@ def test_once_the_endpoint_answers_the_calls_go_at_full_concurrency(tmp_path: Pa
     assert busy.prompts[:2] == ["p0", "p1"] and busy.prompts.count("p0") == 2 and len(busy.prompts) == 21
 
 
+def test_a_first_call_that_times_out_alone_does_not_end_the_calls(tmp_path: Path) -> None:
+    # Without retries the first call's timeout is all the gate saw: the endpoint may answer the others (a slow
+    # prompt), as it might have when they all started together. A hung endpoint is still stopped, a round later.
+    class SlowFirst(SlowCaller):
+        async def __call__(self, prompt: str) -> Reply:
+            if prompt == "p0":
+                self.prompts.append(prompt)
+                raise EndpointError("timed out after 1 s", retryable=True, timed_out=True)
+            return await super().__call__(prompt)
+
+    slow = SlowFirst()
+    run_loop(Store(tmp_path), slow, [Job(f"k{i}", f"p{i}", i) for i in range(20)], concurrency=4, retries=0)
+    assert len(slow.prompts) == 20
+    hung = RaisingCaller(EndpointError("timed out after 1 s", retryable=True, timed_out=True))
+    run_loop(Store(tmp_path / "hung"), hung, [Job(f"k{i}", f"p{i}", i) for i in range(40)], concurrency=4, retries=0)
+    assert len(hung.prompts) <= 1 + 4
+
+
 def test_the_same_400_on_the_first_prompts_stops_the_calls(tmp_path: Path) -> None:
     # A 400 the plugin cannot read as a parameter (a proxy's "invalid request"): the same on 3 prompts in a row,
     # none answered, is the request as configured. Each went alone: 3 requests at concurrency 16.
