@@ -122,9 +122,10 @@ def _fix(name: str, text: str, litellm_knows: bool, knobs: Knobs) -> str:
 def rejected_setting(exc: BaseException, params: Mapping[str, Any], api_base: str | None,
                      knobs: Knobs = RUN) -> EndpointError | None:
     """The model rejects the request as configured: litellm's UnsupportedParamsError (raised before anything is
-    sent), or an HTTP 400 saying a parameter the request sent is not supported (OpenAI's reasoning models on
-    `temperature`). Every prompt would fail alike: a fatal error, naming the parameter and the fix. None for
-    anything else (a 400 of one prompt, a context window exceeded)."""
+    sent), an HTTP 400 saying a parameter the request sent is not supported (OpenAI's reasoning models on
+    `temperature`), or one saying the model does not exist (`code: model_not_found`). Every prompt would fail alike:
+    a fatal error, naming the parameter and the fix. None for anything else (a 400 of one prompt, a context window
+    exceeded)."""
     chain = _chain(exc)
     names = {type(e).__name__ for e in chain}
     sent = {k: v for k, v in params.items() if v is not None and k not in _NOT_PARAMETERS}
@@ -138,7 +139,12 @@ def rejected_setting(exc: BaseException, params: Mapping[str, Any], api_base: st
         return EndpointError(f"litellm will not send {_shown(name, sent[name])} to this model; fix: "
                              f"{_fix(name, text, True, knobs)}. litellm said: {_message(exc)[:240]}", retryable=False,
                              fatal=True, sent=False)
-    if names & set(_PER_PROMPT) or _sent_status(chain) != 400 or not _REJECTS.search(text):
+    if names & set(_PER_PROMPT) or _sent_status(chain) != 400:
+        return None
+    if any(error.get("code") == "model_not_found" for error in _bodies(chain)):  # a gateway's 400 for a 404
+        return EndpointError(f"HTTP 400 from {_where(chain, api_base)} (no such model: check the model string): "
+                             f"{_message(exc)[:240]}", retryable=False, fatal=True, status=400)
+    if not _REJECTS.search(text):
         return None
     name = _named(chain, text, sent)
     if name is None:

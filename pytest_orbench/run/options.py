@@ -145,11 +145,12 @@ def register_options(parser: pytest.Parser) -> None:
     group.addoption("--orbench-config", default=None, metavar="PATH", help="settings file (default: orbench.yaml in rootdir)")
     for option in OPTIONS:
         if option.flag is not None:
+            shown = option.help.replace("%", "%%")  # argparse %-formats a flag's help ("95% interval"); ini help is not
             if option.kind == "bool":
-                group.addoption(option.flag, dest=option.dest, action="store_true", default=None, help=option.help)
+                group.addoption(option.flag, dest=option.dest, action="store_true", default=None, help=shown)
             else:
                 metavar = {"int": "N", "float": "X", "path": "PATH", "list": "LIST"}.get(option.kind, option.key.upper())
-                group.addoption(option.flag, dest=option.dest, default=None, metavar=metavar, help=option.help)
+                group.addoption(option.flag, dest=option.dest, default=None, metavar=metavar, help=shown)
         if option.ini:
             parser.addini(option.dest, option.help, type=_ini_type(option.kind), default="")
 

@@ -156,3 +156,10 @@ def test_the_llm_judges_calls_name_the_judges_settings(tmp_path: Path) -> None:
     judge = LLMJudge(ModelSpec("openai/o3-mini", "http://127.0.0.1:9/v1", {"temperature": 0.0}))
     assert judge.llm is not None
     assert JudgeStage(judge.llm, Store(tmp_path), 0)._litellm().knobs is JUDGE
+
+
+def test_a_400_saying_the_model_does_not_exist_stops_the_calls() -> None:
+    error = rejected_setting(sdk_error(400, {"message": "The model `gpt-4o-mini-typo` does not exist or you do not have "
+                                                        "access to it.", "code": "model_not_found"}), PARAMS, None)
+    assert error is not None and error.fatal and str(error).startswith(
+        "HTTP 400 from the endpoint (no such model: check the model string): The model `gpt-4o-mini-typo` does not exist")
