@@ -49,13 +49,14 @@ def no_visible_text(text: str | None, finish: str | None, max_tokens: Any) -> st
 
 
 def read_message(content: Any, refusal: Any, reasoning: Any, finish: str | None) -> tuple[str, str | None]:
-    """The reply's text and finish value from a provider's message: its content; the model's refusal field,
-    whose words are kept as the text (with content, after it) under REFUSAL_FIELD; REASONING_ONLY for a
-    reply that ended normally (finish_reason=stop) with reasoning and no visible text, which is not the
-    same as an empty reply."""
+    """The reply's text and finish value from a provider's message: its content; the model's refusal field with no
+    content, whose words are kept as the text under REFUSAL_FIELD (a refusal); REASONING_ONLY for a reply that ended
+    normally (finish_reason=stop) with reasoning and no visible text, which is not the same as an empty reply.
+    Content and a refusal both (no provider sends them so): the judge reads the two, no word of either is lost,
+    and neither an answer is called a refusal nor a refusal an answer without a reading."""
     text = content if isinstance(content, str) else ""
     if isinstance(refusal, str) and refusal.strip():
-        return (f"{text}\n\n{refusal}" if text.strip() else refusal), REFUSAL_FIELD
+        return (f"{text}\n\n{refusal}", finish) if text.strip() else (refusal, REFUSAL_FIELD)
     if finish == "stop" and not text.strip() and reasoning:
         return text, REASONING_ONLY
     return text, finish

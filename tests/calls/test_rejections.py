@@ -120,7 +120,7 @@ def test_anything_else_is_left_to_the_rules_for_errors(exc: Exception) -> None:
 @pytest.mark.parametrize(("message", "read"), [
     (("An answer.", None, None, "stop"), ("An answer.", "stop")),
     ((None, "I can't help with that.", None, "stop"), ("I can't help with that.", REFUSAL_FIELD)),
-    (("Here is", "I can't go on.", None, "stop"), ("Here is\n\nI can't go on.", REFUSAL_FIELD)),
+    (("Here is", "I can't go on.", None, "stop"), ("Here is\n\nI can't go on.", "stop")),  # both: the judge reads them
     ((None, None, "Thinking it over.", "stop"), ("", REASONING_ONLY)),
     ((None, None, [{"type": "thinking"}], "stop"), ("", REASONING_ONLY)),
     ((None, None, "Thinking it over.", "length"), ("", "length")),  # cut at max_tokens: an error (no_visible_text)
