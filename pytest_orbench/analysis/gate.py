@@ -345,13 +345,18 @@ def _worst_case(check: GateCheck, worst: Any, direction: str, tolerance: float, 
         return
     check["outcome"] = "inconclusive"
     reasons = Counter(_reason_kind(u["why"]) for u in undecided)
-    shown = ", ".join(f"{u['id']} ({u['why'][:120]})" for u in undecided[:5])
+    shown = ", ".join(f"{u['id']} ({_cut(u['why'], 120)})" for u in undecided[:5])
     more = f" and {len(undecided) - 5} more" if len(undecided) > 5 else ""
     check["message"] += (
         f"; but {len(undecided)} prompt{'' if len(undecided) == 1 else 's'} had no usable verdict "
         f"({', '.join(f'{count} {kind}' for kind, count in reasons.most_common())}): counted against the change, the "
         f"check would fail ({pp(delta)}, {worst['regressed']} regressed, p = {worst['p_value']:.3g}), so this run cannot "
         f"show there is no regression: {shown}{more}")
+
+
+def _cut(text: str, limit: int) -> str:
+    """`text` within `limit` characters, cut at a word with an ellipsis."""
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0].rstrip(",;:") + " …"
 
 
 def _reason_kind(why: str) -> str:
