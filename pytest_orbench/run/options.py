@@ -146,12 +146,17 @@ def register_options(parser: pytest.Parser) -> None:
     for option in OPTIONS:
         if option.flag is not None:
             if option.kind == "bool":
-                group.addoption(option.flag, dest=option.dest, action="store_true", default=None, help=option.help)
+                group.addoption(option.flag, dest=option.dest, action="store_true", default=None, help=_escaped(option.help))
             else:
                 metavar = {"int": "N", "float": "X", "path": "PATH", "list": "LIST"}.get(option.kind, option.key.upper())
-                group.addoption(option.flag, dest=option.dest, default=None, metavar=metavar, help=option.help)
+                group.addoption(option.flag, dest=option.dest, default=None, metavar=metavar, help=_escaped(option.help))
         if option.ini:
             parser.addini(option.dest, option.help, type=_ini_type(option.kind), default="")
+
+
+def _escaped(help_text: str) -> str:
+    """A flag's help as argparse formats it (a "%" starts a placeholder there; the ini options' help is shown as is)."""
+    return help_text.replace("%", "%%")
 
 
 # pytest 9.2 takes unions: a TOML number or boolean ([tool.pytest] keeps TOML's types) then reaches
