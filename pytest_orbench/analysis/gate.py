@@ -268,6 +268,10 @@ def _common_error(results: ResultsDocument, dataset: str, base: bool = True) -> 
     # Withheld when it quotes a toxic prompt, as the report's error lists do: this text reaches the PR comment.
     errors = Counter(error_shown(p, side.get("error") or side.get("verdict") or "no verdict")[:200]
                      for p, side in zip(prompts, sides) if isinstance(side, dict) and side.get("refused") is None)
+    if not base:  # flips whose verification failed spend the run's budget too
+        errors.update(error_shown(p, f"flip not verified: {(p.get('flip_verification') or {}).get('error')}")[:200]
+                      for p in prompts if p.get("refused") is not None
+                      and (p.get("flip_verification") or {}).get("verified") is False)
     if not errors:
         return "none recorded"
     text, count = errors.most_common(1)[0]

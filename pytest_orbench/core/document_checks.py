@@ -38,7 +38,7 @@ RUN_KEYS: tuple[Field, ...] = (
     ("judge", OBJECT_OR_NULL, False), ("datasets", OBJECT_OR_NULL, False), ("served", OBJECT_OR_NULL, False),
     ("params", OBJECT_OR_NULL, False), ("base", OBJECT_OR_NULL, False), ("calls", OBJECT_OR_NULL, False),
     ("spend", OBJECT_OR_NULL, False), ("judge_calls", OBJECT_OR_NULL, False), ("seed", INT_OR_NULL, False),
-    ("sample", INT_OR_NULL, False), ("trials", INT_OR_NULL, False),
+    ("sample", INT_OR_NULL, False), ("trials", INT_OR_NULL, False), ("stopped", STR, False),
 )
 # A results file's dataset summary: what the gate and the terminal table read.
 SUMMARY_KEYS: tuple[Field, ...] = (

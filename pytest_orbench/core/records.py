@@ -71,6 +71,7 @@ class TrialVerdict(TypedDict):
     refused: bool | None
     error: NotRequired[str]
     reply_key: NotRequired[str]  # the store key of this trial's reply
+    reply_sha256: NotRequired[str]  # which reply that was
 
 
 class Combined(TypedDict):
@@ -175,6 +176,7 @@ class RunMeta(TypedDict, total=False):
     duration_seconds: float
     compared_with: str | None
     baseline_update: dict[str, Any]  # path, written, reason
+    stopped: str  # why the run stopped before every selected prompt ran (-x, Ctrl-C, a crash): never a pass
 
 
 class RateBlock(TypedDict):

@@ -189,4 +189,5 @@ def _trial_verdict(trial: dict[str, Any]) -> TrialVerdict:
         verdict["error"] = trial["error"]
     if trial.get("key") and trial["text"]:
         verdict["reply_key"] = trial["key"]  # each trial's reply, for --orbench-verify-flips
+        verdict["reply_sha256"] = reply_sha256(trial["text"])
     return verdict
