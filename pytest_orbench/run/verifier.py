@@ -71,6 +71,13 @@ class Verifier:
         self.limit = limit  # the limit and what the run spent before, as the message of a call not made says them
         self.not_requested = 0  # judge calls not made: the spend limit was reached
         self._rate: float | None = None  # the dearest price per character of a question paid so far
+        self._price: Any = None  # the judge model's price per token, when a limit is to be kept (calls.prices.Price)
+        self._max_tokens = spec.params.get("max_tokens")
+        self._model = spec.model
+        if budget is not None:
+            from pytest_orbench.calls.prices import price_of
+
+            self._price = price_of(spec.model, spec.call_kwargs or spec.params)
         self._reserved = 0.0  # what the calls in flight are expected to cost
         self._in_flight = 0
         self._budget_changed: asyncio.Condition | None = None
@@ -78,11 +85,23 @@ class Verifier:
     def reply(self, key: str | None) -> dict[str, Any] | None:
         return self.store.get(key) if key else None
 
-    async def _reserve(self, size: int) -> float | str:
+    def _most(self, prompt: str, text: str) -> float:
+        """The most one judge call on this question can cost: its request's tokens (counted, with a tenth more for
+        the counter's error) and max_tokens of output, reasoning included (what a provider bills at most), at the
+        judge model's price. 0 when the price or max_tokens is unknown."""
+        if self._price is None or not isinstance(self._max_tokens, int):
+            return 0.0
+        from pytest_orbench.run.estimate import count_tokens
+
+        tokens = count_tokens(self._model, self.llm.messages(prompt, text))
+        return float(self._price.cost(int(tokens * 1.1) + 8, self._max_tokens))
+
+    async def _reserve(self, size: int, most: float) -> float | str:
         """Room for one more paid judge call of `size` characters within the budget (what it is expected to cost),
-        or why it is not made. A call is expected to cost the dearest price per character paid so far (a judge
-        that bills more for a longer reply, a reasoning judge: the mean of cheaper calls would let it pass the
-        limit); until one is paid, one call at a time."""
+        or why it is not made. A call is expected to cost the most it can (`most`: its tokens and max_tokens at the
+        judge's price), and at least the dearest price per character paid so far (a judge that bills more for a
+        longer reply: the mean of cheaper calls would let it pass the limit); until one is paid, one call at a
+        time."""
         assert self.budget is not None
         if self._budget_changed is None:
             self._budget_changed = asyncio.Condition()
@@ -94,7 +113,7 @@ class Verifier:
                 if self._rate is None and self._in_flight:
                     await self._budget_changed.wait()
                     continue
-                expected = (self._rate or 0.0) * size
+                expected = max(most, (self._rate or 0.0) * size)
                 if self.cost >= self.budget or self.cost + self._reserved + expected > self.budget:
                     if self._in_flight:
                         await self._budget_changed.wait()
@@ -128,7 +147,7 @@ class Verifier:
         async with gate:
             reserved: float | None = None
             if self.budget is not None and self.store.get(key) is None:
-                outcome = await self._reserve(size)
+                outcome = await self._reserve(size, self._most(prompt, text))
                 if isinstance(outcome, str):
                     return outcome
                 reserved = outcome

@@ -168,7 +168,11 @@ DEGRADATIONS = [
     Row("reply talks the judge into answer", model={"reply_injection": INJECTION_CLASS},
         judge={"judge_obeys_injection": True}),
     Row("verification past --orbench-max-cost", judge={"judge_reasoning_tokens": 5000}, config=PRICED_JUDGE,
-        args=("--orbench-max-cost", "0.2"), check=lambda r: _within_the_limit(r, 0.2)),
+        args=("--orbench-max-cost", "0.2", "--orbench-judge-max-tokens", "8000"), check=lambda r: _within_the_limit(r, 0.2)),
+    # Cheap on a short refusal, dear on a long answer: the mean price of the calls paid so far let the dear ones past
+    # the limit ($0.535 of $0.17 in an attack); each call is admitted at the most it can cost.
+    Row("verification by a judge that bills long replies more", judge={"judge_reasoning_per_word": 60}, config=PRICED_JUDGE,
+        args=("--orbench-max-cost", "0.17", "--orbench-judge-max-tokens", "8000"), check=lambda r: _within_the_limit(r, 0.17)),
     Row("endpoint errors at 1% (on a flip)", model={"fault_rate": 1.0, "faults": ("503",), "fault_prompts": 1},
         args=("--orbench-retries", "1")),
     Row("endpoint errors at the budget (every flip)", model={"fault_rate": 1.0, "faults": ("503",), "fault_prompts": FLIPS},
