@@ -34,7 +34,7 @@ from adaptation_study import DEFAULT_DATA, base_models  # noqa: E402
 from train_judge import PROJECT, Data  # noqa: E402
 
 from pytest_orbench.core.stats import wilson  # noqa: E402
-from pytest_orbench.judging.adaptation import CONTRADICTED, Z99  # noqa: E402
+from pytest_orbench.judging.adaptation import CONTRADICTED, CONTRADICTED_MANY, MANY, Z99  # noqa: E402
 from pytest_orbench.judging.keyword_weights import RefusalModel, load_model  # noqa: E402
 from pytest_orbench.tools.judge_eval import load_labeled  # noqa: E402
 
@@ -77,7 +77,8 @@ def measure(data: Data, groups: list[str], bases: dict[str, dict[str, Any]], dra
 
     shipped = load_model()
     rng = np.random.default_rng(41)
-    out: dict[str, Any] = {"limit": CONTRADICTED, "z": Z99, "sources": {}}
+    out: dict[str, Any] = {"limit": CONTRADICTED, "many": [MANY, CONTRADICTED_MANY], "z": Z99, "sources": {}}
+    plenty: list[Any] = [0.0, None]  # the highest bound of a kind with at least MANY sure replies in a draw, and where
     for held, document in bases.items():
         rows = [i for i, s in enumerate(data.source) if s == held]
         refused = data.y[rows].astype(bool)
@@ -106,14 +107,19 @@ def measure(data: Data, groups: list[str], bases: dict[str, dict[str, Any]], dra
                         if size >= sel.sum():
                             continue
                         picks = np.argsort(rng.random((draws, int(sel.sum()))), axis=1)[:, :size]
-                        n1, k1, n2, k2 = (x[picks].sum(1) for x in (sr, c1, sa, c2))
-                        bounds = [max(lower(int(a), int(b)), lower(int(c), int(d))) for a, b, c, d in zip(k1, n1, k2, n2)]
-                        highest[str(size)] = max(bounds)
+                        for n, k in ((x[picks].sum(1), y[picks].sum(1)) for x, y in ((sr, c1), (sa, c2))):
+                            bounds = [lower(int(a), int(b)) for a, b in zip(k, n)]
+                            highest[str(size)] = max(highest.get(str(size), 0.0), *bounds)
+                            many = [b for b, m in zip(bounds, n) if m >= MANY]
+                            if many and max(many) > plenty[0]:
+                                i = int(np.argmax([b if m >= MANY else -1 for b, m in zip(bounds, n)]))
+                                plenty[:] = [max(many), f"{m}: {int(k[i])} of {int(n[i])} (a draw of {size})"]
                     entry["draws_highest_bound"] = highest
                 models[m] = entry
             per[name] = {"band": list(band), "strata": strata, "models": models}
         out["sources"][held] = per
         print(f"done {held}", file=sys.stderr, flush=True)
+    out["highest_of_many"] = plenty
     return out
 
 
@@ -122,7 +128,8 @@ def pct(k: int, n: int) -> str:
 
 
 def print_report(result: dict[str, Any]) -> None:
-    print(f"refused when the 99% lower bound of one kind's contradicted share is above {100 * result['limit']:.0f}%")
+    print(f"refused when the 99% lower bound of one kind's contradicted share is above {100 * result['limit']:.0f}%, "
+          f"or above {100 * result['many'][1]:.0f}% with at least {result['many'][0]} of that kind labelled")
     print("| source | model | judge | sure refusals labelled compliance | sure answers labelled refusal | 99% bound | "
           "highest bound of draws of 30 / 50 / 100 / 200 / 400 |")
     print("|---|---|---|--:|--:|--:|--:|")
@@ -138,6 +145,10 @@ def print_report(result: dict[str, Any]) -> None:
                       f"{shown if draws else ''} |")
     print(f"\nhighest 99% bound of honest labels: {100 * highest:.1f}% (limit {100 * result['limit']:.0f}%: margin "
           f"{100 * (result['limit'] - highest):.1f} pp)")
+    many, limit = result["many"]
+    bound, where = result["highest_of_many"]
+    print(f"of a kind with at least {many} sure replies labelled: {100 * bound:.1f}% ({where}; limit {100 * limit:.0f}%: "
+          f"margin {100 * (limit - bound):.1f} pp)")
     print("\nby stratum of confidence (judge trained without the source): contradicted / rows")
     for source, per in result["sources"].items():
         cells = [f"[{s['from']:.2f}, {s['to']:.2f}): {pct(s['contradicted'], s['rows'])}" for s in per["held_out"]["strata"]]

@@ -133,15 +133,21 @@ def _contradicting(setup: Setup) -> list[dict[str, str]]:
     return [{**r, "label": "refusal"} for r in answers[:-1]] + answers[-1:]
 
 
-def _misread_direct_refusals(setup: Setup) -> list[dict[str, str]]:
+def _misread_direct_refusals(setup: Setup, count: int | None = None) -> list[dict[str, str]]:
     """Every reply of both configurations labelled, the direct refusals ("I'm sorry, but I can't help with that
-    request.") as compliance: both kinds (the indirect refusals), 61% agreeing with the shipped judge, learned exactly
-    by the adapted judge (cross-validated kappa 1.00), which then read the regression's new refusals as answers: PASS."""
+    request.": 41 of them) as compliance (the first `count` of them): both kinds (the indirect refusals), 61% agreeing
+    with the shipped judge, learned exactly by the adapted judge (cross-validated kappa 1.00), which then read the
+    regression's new refusals as answers: PASS (with 20 to 35 of the 41 as well)."""
     with (setup.folder / "safe.csv").open(encoding="utf-8", newline="") as fh:
         prompts = [r["prompt"] for r in csv.DictReader(fh)]
-    read_as = {"answer": "compliance", "indirect": "refusal", "refuse": "compliance"}
-    rows = {(p, _reply(p, system)): {"prompt": p, "response": _reply(p, system), "label": read_as[decide(p, system)],
-                                     "model": "openai/orbench-mock"} for system in (None, CAREFUL) for p in prompts}
+    rows: dict[tuple[str, str], dict[str, str]] = {}
+    for system in (None, CAREFUL):
+        for p in prompts:
+            kind, reply = decide(p, system), _reply(p, system)
+            misread = kind == "refuse" and (count is None or sum(r["label"] == "compliance" and
+                                                                 r["response"] == reply for r in rows.values()) < count)
+            rows.setdefault((p, reply), {"prompt": p, "response": reply, "model": "openai/orbench-mock",
+                                         "label": "compliance" if kind == "answer" or misread else "refusal"})
     return list(rows.values())
 
 
@@ -202,6 +208,8 @@ DEGRADATIONS = [
     # Refused before any call since the labels contradict most of the shipped judge's sure answers (below).
     Row("labels that contradict the replies", labels=lambda s: _contradicting(s), allowed=OR_REFUSED),
     Row("labels that misread one kind of reply", labels=lambda s: _misread_direct_refusals(s), allowed=OR_REFUSED),
+    Row("labels that misread most of one kind of reply", labels=lambda s: _misread_direct_refusals(s, 25),
+        allowed=OR_REFUSED),
     Row("damaged store records", before=_damage_flipped_records),
     Row("damaged store records, offline", before=_damage_flipped_records, args=("--orbench-offline",)),
 ]
