@@ -6,7 +6,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
