@@ -276,7 +276,7 @@ def kwargs_endpoint(kwargs: Mapping[str, Any] | None, env: Mapping[str, str] | N
 
 def kwargs_urls(kwargs: Any, where: str, env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
     """Every URL litellm kwargs hold, with where it is set: `api_base` / `base_url` (written, or read with
-    `{env: VAR}` when VAR is set), and any http(s) URL anywhere in them (at any depth, in a list, among words)."""
+    `{env: VAR}` when VAR is set), and any URL anywhere in them (at any depth, in a list, among words)."""
     env = os.environ if env is None else env
     found: list[tuple[str, str]] = []
     if isinstance(kwargs, dict) and not is_env_ref(kwargs):
@@ -368,7 +368,8 @@ def secret_problem(kwargs: dict[str, Any], where: str, key_setting: str, check_e
         return (f"{where}.{top} looks like a secret; secrets never go in orbench.yaml. Put the key in an "
                 f"environment variable and set {key_setting} to its name")
     for path, url in kwargs_urls(kwargs, where):
-        problem = api_base_problem(url)
+        endpoint = re.sub(r" \(.*\)$", "", path).rsplit(".", 1)[-1] in ENDPOINT_KWARGS
+        problem = api_base_problem(url, anywhere=not endpoint)
         if problem:
             return f"{path} {problem}"
     found = literal_secrets(kwargs, where)

@@ -41,13 +41,13 @@ def redact_url(url: str | None) -> str | None:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
-# A URL inside any text (a value of litellm kwargs that holds one among words): up to whitespace, a quote or an angle
-# bracket, without the punctuation that ends a sentence around it.
-URL_IN_TEXT = re.compile(r"https?://[^\s\"'<>`\\]*[^\s\"'<>`\\.,;:!?)\]]", re.IGNORECASE)
+# A URL inside any text (a value of litellm kwargs that holds one among words), of any scheme (https://, wss://,
+# s3://): up to whitespace, a quote or an angle bracket, without the punctuation that ends a sentence around it.
+URL_IN_TEXT = re.compile(r"\b[a-z][a-z0-9+.-]+://[^\s\"'<>`\\]*[^\s\"'<>`\\.,;:!?)\]]", re.IGNORECASE)
 
 
 def text_urls(text: str) -> list[str]:
-    """Every http(s) URL in a text, as written."""
+    """Every URL in a text, as written."""
     return URL_IN_TEXT.findall(text)
 
 
@@ -82,15 +82,18 @@ def _query_items(query: str) -> list[tuple[str, str | None]]:
     return items
 
 
-def api_base_problem(url: str | None) -> str | None:
+def api_base_problem(url: str | None, anywhere: bool = False) -> str | None:
     """What keeps an api_base from being called as written, with the fix (None: nothing). Shown without
-    credentials or query: only the scheme and host are quoted (and a query parameter's name)."""
+    credentials or query: only the scheme and host are quoted (and a query parameter's name). `anywhere`: a URL
+    met elsewhere in litellm kwargs (a callback in `extra_body`): of any scheme (wss://, s3://), and only an
+    http(s) one is checked as an endpoint (its port); credentials and keys are refused in every one."""
     if not url:
         return None
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    web = parts.scheme in ("http", "https") and bool(parts.hostname)
+    if not web and not anywhere:
         return "is not an http:// or https:// URL with a host: write it as http://HOST:PORT/v1"
-    shown = f"{parts.scheme}://{parts.hostname}"
+    shown = f"{parts.scheme}://{parts.hostname or ''}"
     if parts.username is not None or parts.password is not None:
         # litellm cannot send credentials from the URL: every call failed locally ("Cannot combine AUTHORIZATION
         # header with AUTH argument or credentials encoded in URL"), and the URL itself is a secret in plain sight.
@@ -111,6 +114,8 @@ def api_base_problem(url: str | None) -> str | None:
         return (f"({shown}) has what looks like a key in its path or query (sk-..., a JWT, ...): a URL is shown and "
                 "stored; remove it, and pass the key through an environment variable (api_key_env: / "
                 "--orbench-api-key-env VAR) or as a header: litellm_kwargs: {extra_headers: {Authorization: {env: VAR}}}")
+    if not web:
+        return None
     try:
         port = parts.port
     except ValueError:

@@ -66,6 +66,8 @@ def test_a_query_without_credentials_is_accepted(url: str) -> None:
      "(X-Amz-Signature=...)"),
     ({"extra_body": {"note": f"post it to https://hook.example/x?X-Goog-Signature={SECRET}, then stop"}},
      "litellm_kwargs.extra_body.note (https://hook.example) has a credential in its query string (X-Goog-Signature=...)"),
+    ({"extra_body": {"upload": f"s3://bucket/k?X-Amz-Signature={SECRET}"}},
+     "litellm_kwargs.extra_body.upload (s3://bucket) has a credential in its query string (X-Amz-Signature=...)"),
 ])
 def test_every_url_in_litellm_kwargs_passes_the_api_base_check(kwargs: dict[str, Any], where: str,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
@@ -90,10 +92,11 @@ def test_every_url_anywhere_in_the_public_kwargs_is_shown_without_credentials_or
         "extra_body": {"callback": f"https://hook.example/x?tenant={SECRET}#{SECRET}",
                        "note": f"post it to https://u:{SECRET}@hook.example:8443/x?t={SECRET}, then stop",
                        f"https://named.example/?t={SECRET}": 1, "extra_headers": {"X-Tenant": SECRET}},
-        "callback_url": f"https://hook.example/y?tenant={SECRET}", "temperature": 0.5})
+        "callback_url": f"https://hook.example/y?tenant={SECRET}", "stream_to": f"wss://rt.example/s?tenant={SECRET}",
+        "temperature": 0.5})
     assert SECRET not in json.dumps(public)
     assert public == {
-        "callback_url": "https://hook.example/y", "temperature": 0.5,
+        "callback_url": "https://hook.example/y", "stream_to": "wss://rt.example/s", "temperature": 0.5,
         "extra_body": {"callback": "https://hook.example/x", "extra_headers": ["X-Tenant"],
                        "https://named.example/": 1, "note": "post it to https://hook.example:8443/x, then stop"},
         "fallbacks": [{"api_base": "https://gw.example/v1", "model": "openai/m2"}, "https://other.example/v1"]}
