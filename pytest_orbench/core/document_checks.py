@@ -20,18 +20,40 @@ STR: Types = frozenset({str})
 INT: Types = frozenset({int})
 NUMBER_OR_NULL: Types = frozenset({int, float, NoneType})
 INT_OR_NULL: Types = frozenset({int, NoneType})
+BOOL: Types = frozenset({bool})
 BOOL_OR_NULL: Types = frozenset({bool, NoneType})
+STR_OR_NULL: Types = frozenset({str, NoneType})
+OBJECT: Types = frozenset({dict})
 OBJECT_OR_NULL: Types = frozenset({dict, NoneType})
+LIST: Types = frozenset({list})
 Field = tuple[str, Types, bool]  # key, the JSON types accepted (exact: a bool is no int), required
 _KINDS = {str: "a string", int: "an integer", float: "a number", bool: "true or false", NoneType: "null", dict: "an object",
           list: "a list"}
 
+# A verdict over trials as records.Combined writes it (a prompt's, and its live base's): what the worst case
+# (analysis/pairs.py), the gate's error counts and the reports read of it, by key.
+COMBINED_KEYS: tuple[Field, ...] = (
+    ("refused_share", NUMBER_OR_NULL, False), ("refused_trials", INT, False), ("scored_trials", INT, False),
+    ("reply_key", STR, False), ("reply_sha256", STR, False), ("verdict", STR, False), ("trial_errors", INT, False),
+    ("error", STR_OR_NULL, False), ("error_from", STR, False), ("judge_reason", STR_OR_NULL, False),
+    ("reply_excerpt", STR_OR_NULL, False), ("trials", LIST, False), ("flaky", BOOL, False),
+    ("served_model", STR_OR_NULL, False), ("system_fingerprint", STR_OR_NULL, False),
+)
 # What a prompt entry must hold, in a baseline and a results file: what the comparison reads.
 # The trial counts came later (a baseline from before them has neither); they come together.
 PROMPT_KEYS: tuple[Field, ...] = (
     ("id", STR, True), ("dataset", STR, True), ("category", STR, True), ("prompt_sha256", STR, True),
-    ("refused", BOOL_OR_NULL, True), ("refused_share", NUMBER_OR_NULL, False), ("refused_trials", INT, False),
-    ("scored_trials", INT, False), ("reply_key", STR, False), ("reply_sha256", STR, False),
+    ("refused", BOOL_OR_NULL, True), *COMBINED_KEYS, ("expected", STR, False), ("prompt", STR, False),
+    ("flip_verification", OBJECT_OR_NULL, False), ("base", OBJECT_OR_NULL, False),
+)
+# The objects inside a prompt entry, by where they are: its live base's verdict, each trial's (a prompt's or its
+# live base's), and the flip's verification (--orbench-verify-flips; `verified: false` is counted against the change).
+BASE_KEYS: tuple[Field, ...] = (("refused", BOOL_OR_NULL, True), *COMBINED_KEYS)
+TRIAL_KEYS: tuple[Field, ...] = (("verdict", STR, True), ("refused", BOOL_OR_NULL, True), ("error", STR, False),
+                                 ("reply_key", STR, False))
+FLIP_KEYS: tuple[Field, ...] = (
+    ("verified", BOOL, True), ("error", STR, False), ("compared_error", STR, False), ("compared", STR, False),
+    ("overturned", BOOL, False), ("offline", OBJECT, False), ("llm", OBJECT, False), ("compared_llm", OBJECT, False),
 )
 # A run's keys that the comparison and the reports index into (every key is optional in RunMeta).
 RUN_KEYS: tuple[Field, ...] = (
@@ -64,15 +86,16 @@ def entries_problem(entries: Sequence[object], fields: Sequence[Field], label: C
     """The first entry (a JSON object) lacking a required key or holding a value of another type, said
     with `label(index)` and how many entries share the problem; None when every entry is sound.
 
-    One set of value types per key over all entries (a C loop each) keeps an 80,000-prompt file fast;
-    only a file with a problem is walked entry by entry."""
+    The entries' shapes (keys and value types; a file's records have a few) are found in one C loop and checked
+    key by key, which keeps an 80,000-prompt file fast; only a file with a problem is walked entry by entry."""
     if any(type(e) is not dict for e in entries):
         index = next(i for i, e in enumerate(entries) if type(e) is not dict)
         return f"{label(index)} is {_value(entries[index])}, not an object"
     objects = cast(Sequence[dict[str, Any]], entries)
+    shapes = [dict(zip(keys, kinds)) for keys, kinds in {(tuple(e), tuple(map(type, e.values()))) for e in objects}]
     for key, types, required in fields:
         accepted = types if required else types | {_Missing}
-        if {type(e.get(key, MISSING)) for e in objects} <= accepted:
+        if all(shape.get(key, _Missing) in accepted for shape in shapes):
             continue
         bad = [i for i, e in enumerate(objects) if type(e.get(key, MISSING)) not in accepted]
         others = f" (and {len(bad) - 1} more like it)" if len(bad) > 1 else ""
@@ -134,16 +157,52 @@ def _verdict_problem(prompt: dict[str, Any]) -> str | None:
     return None
 
 
+def _inner_problem(prompts: list[dict[str, Any]], label: Callable[[int, str], str]) -> str | None:
+    """What is wrong with the objects inside the prompt entries (BASE_KEYS, FLIP_KEYS, TRIAL_KEYS), said with
+    `label(prompt index, path inside it)`; a count is never negative. (The objects are listed as they are, and found
+    again by position only when one is wrong: an 80,000-prompt file makes no tuple per object.)"""
+    bases = [p["base"] for p in prompts if p.get("base") is not None]
+    # Each side's verdict (the prompt's, its live base's): where it is, and the prompt index of its n-th one.
+    sides: list[tuple[str, list[dict[str, Any]], Callable[[int], int]]] = [
+        ("", prompts, lambda n: n),
+        ("base.", bases, lambda n: [i for i, p in enumerate(prompts) if p.get("base") is not None][n])]
+
+    def check(key: str, fields: Sequence[Field], many: bool = False) -> str | None:
+        """The objects under `key` of every side (`many`: each a list of them) against `fields`."""
+        found = [item for _, side, _ in sides for record in side
+                 for item in (record.get(key) or () if many else [record[key]] if record.get(key) is not None else ())]
+
+        def where(n: int) -> str:  # the n-th object found: which prompt, where in it
+            for path, side, owner in sides:
+                for index, record in enumerate(side):
+                    items = (record.get(key) or []) if many else [record[key]] if record.get(key) is not None else []
+                    if n < len(items):
+                        return label(owner(index), f"{path}{key}" + (f"[{n}]" if many else ""))
+                    n -= len(items)
+            raise AssertionError("each was counted above")
+
+        return entries_problem(found, fields, where)
+
+    problem = check("base", BASE_KEYS) or check("flip_verification", FLIP_KEYS) or check("trials", TRIAL_KEYS, many=True)
+    if problem is None and min((r.get("trial_errors", 0) for _, side, _ in sides for r in side), default=0) < 0:
+        # A negative count took trials away from the worst case: its pair had fewer trials than none.
+        path, index, record = next((path, owner(n), r) for path, side, owner in sides for n, r in enumerate(side)
+                                   if r.get("trial_errors", 0) < 0)
+        problem = f"{label(index, path.rstrip('.'))} has \"trial_errors\": {record['trial_errors']}, not a count (0 or more)"
+    return problem
+
+
 def prompts_problem(prompts: object) -> str | None:
-    """What is wrong with a baseline's or results file's `prompts`, naming the first prompt by index and id."""
+    """What is wrong with a baseline's or results file's `prompts`, naming the first prompt by index and id, and
+    the key (inside the prompt: `prompts[3].base`, `prompts[3].trials[1]`)."""
     if not isinstance(prompts, list):
         return f"`prompts` is {_value(prompts)}, not a list"
 
-    def label(index: int) -> str:
+    def label(index: int, path: str = "") -> str:
         pid = prompts[index].get("id") if isinstance(prompts[index], dict) else None
-        return f"prompts[{index}]" + (f" (id {pid})" if isinstance(pid, str) else "")
+        return f"prompts[{index}]" + (f".{path}" if path else "") + (f" (id {pid})" if isinstance(pid, str) else "")
 
-    problem = entries_problem(prompts, PROMPT_KEYS, label)
+    problem = entries_problem(prompts, PROMPT_KEYS, label) or _inner_problem(prompts, label)
     if problem is None and any(map(_trials_unsound, prompts)):
         index = next(i for i, p in enumerate(prompts) if _trials_unsound(p))
         trials = {k: prompts[index].get(k, MISSING) for k in ("refused_trials", "scored_trials")}
