@@ -18,6 +18,7 @@ NoneType = type(None)
 Types = frozenset[type]
 STR: Types = frozenset({str})
 INT: Types = frozenset({int})
+NUMBER: Types = frozenset({int, float})
 NUMBER_OR_NULL: Types = frozenset({int, float, NoneType})
 INT_OR_NULL: Types = frozenset({int, NoneType})
 BOOL: Types = frozenset({bool})
@@ -59,9 +60,30 @@ FLIP_KEYS: tuple[Field, ...] = (
 RUN_KEYS: tuple[Field, ...] = (
     ("judge", OBJECT_OR_NULL, False), ("datasets", OBJECT_OR_NULL, False), ("served", OBJECT_OR_NULL, False),
     ("params", OBJECT_OR_NULL, False), ("base", OBJECT_OR_NULL, False), ("calls", OBJECT_OR_NULL, False),
-    ("spend", OBJECT_OR_NULL, False), ("judge_calls", OBJECT_OR_NULL, False), ("seed", INT_OR_NULL, False),
-    ("sample", INT_OR_NULL, False), ("trials", INT_OR_NULL, False),
+    ("spend", OBJECT, False), ("judge_calls", OBJECT_OR_NULL, False), ("seed", INT_OR_NULL, False),
+    ("sample", INT_OR_NULL, False), ("trials", INT_OR_NULL, False), ("verification", OBJECT_OR_NULL, False),
+    ("api_base", STR_OR_NULL, False), ("system_prompt_sha256", STR_OR_NULL, False), ("revision", STR_OR_NULL, False),
+    ("model", STR_OR_NULL, False), ("target", STR_OR_NULL, False), ("calls_to", STR, False),
 )
+# The objects inside a run that the terminal's and the Markdown's lines read, by key (`run.spend.endpoint`, ...).
+def _counts(*keys: str, required: int = 0) -> tuple[Field, ...]:
+    """Counts by key, the first `required` of them always there (the reports index them)."""
+    return tuple((key, INT, n < required) for n, key in enumerate(keys))
+
+
+SPENT: tuple[Field, ...] = (*_counts("prompt_tokens", "completion_tokens", required=2), ("cost_usd", NUMBER_OR_NULL, False))
+RUN_PARTS: dict[str, tuple[Field, ...]] = {
+    "calls": _counts("made", "stored", "errors", "prompts", "shared", "not_requested", "fetched_not_run", required=3),
+    "judge_calls": _counts("sent_to_llm", "decided_without_llm", "made", "errors", required=3),
+    "verification": (("model", STR, True), *_counts("calls", "not_requested", required=1),
+                     ("cost_usd", NUMBER_OR_NULL, False)),
+    "base": (("endpoint", STR, True), ("system_prompt_sha256", STR_OR_NULL, False), ("calls_to", STR, False)),
+    "served": (("models", OBJECT_OR_NULL, False), ("system_fingerprints", OBJECT_OR_NULL, False)),
+    "spend": tuple((k, OBJECT_OR_NULL, False) for k in ("endpoint", "base", "judge")),
+    "spend.endpoint": SPENT, "spend.base": SPENT, "spend.judge": SPENT,
+}
+
+
 # A results file's dataset summary: what the gate and the terminal table read.
 SUMMARY_KEYS: tuple[Field, ...] = (
     ("expected", STR, True), ("n", INT, True), ("refused", INT, True), ("total", INT, True), ("errors", INT, True),
@@ -263,7 +285,50 @@ def run_problem(run: object, results: bool = False) -> str | None:
     if not isinstance(run, dict):
         return f"`run` is {_value(run)}, not an object"
     fields = RUN_KEYS + ((("endpoint", STR, True), ("datasets", frozenset({dict}), True)) if results else ())
-    return entries_problem([run], fields, lambda _: "run") or objects_problem(run.get("datasets") or {}, "run.datasets")
+    return (entries_problem([run], fields, lambda _: "run") or objects_problem(run.get("datasets") or {}, "run.datasets")
+            or parts_problem(run, "run", RUN_PARTS))
+
+
+def parts_problem(root: dict[str, Any], where: str, parts: dict[str, tuple[Field, ...]]) -> str | None:
+    """What is wrong with the objects inside `root` (at `where`) by their path ("spend.endpoint"), those present."""
+    for path, fields in parts.items():
+        part: Any = root
+        for key in path.split("."):
+            part = part.get(key) if isinstance(part, dict) else None
+        problem = entries_problem([part], fields, lambda _: f"{where}.{path}") if isinstance(part, dict) else None  # noqa: B023
+        if problem is not None:
+            return problem
+    return None
+
+
+# The judge's audit against your labels (judging/audit.py): what the gate's checks and each report's line read.
+AUDIT_KEYS: tuple[Field, ...] = (
+    ("labelled", INT, True), ("agreement", OBJECT, True), ("bias", OBJECT, True), ("kappa", NUMBER_OR_NULL, True),
+    ("adapted", BOOL, True), ("n_effective", NUMBER, True), ("weighting", STR, True), ("covered", NUMBER, True),
+    ("strata", OBJECT, True), ("min_agreement", NUMBER_OR_NULL, False), ("scope", STR, False),
+    ("unadapted", OBJECT_OR_NULL, False), ("all_labels", OBJECT_OR_NULL, False), ("not_judged", INT, False),
+    ("not_judged_reason", STR, False), ("other_model", STR_OR_NULL, False),
+)
+AUDIT_PARTS: dict[str, tuple[Field, ...]] = {
+    "agreement": (("value", NUMBER_OR_NULL, True), ("ci95", LIST, True)), "bias": (("value", NUMBER_OR_NULL, True),),
+    "unadapted": (("agreement", OBJECT, True),), "unadapted.agreement": (("value", NUMBER_OR_NULL, True),),
+    "all_labels": (("labelled", INT, True), ("kappa", NUMBER_OR_NULL, True), ("unadapted_agreement", NUMBER_OR_NULL, True)),
+}
+
+
+def audit_problem(block: object) -> str | None:
+    """What is wrong with a results file's `judge_audit` (null: no labels were given)."""
+    if block is None:
+        return None
+    problem = (entries_problem([block], AUDIT_KEYS, lambda _: "judge_audit")
+               or parts_problem(cast(dict[str, Any], block), "judge_audit", AUDIT_PARTS))
+    if problem is None:
+        ci95 = cast(dict[str, Any], block)["agreement"]["ci95"]
+        if len(ci95) != 2 or not {type(x) for x in ci95} <= {int, float}:
+            problem = f"judge_audit.agreement has \"ci95\": {_value(ci95)}, not two numbers"
+        elif cast(dict[str, Any], block).get("not_judged") and "not_judged_reason" not in cast(dict[str, Any], block):
+            problem = "judge_audit has \"not_judged\" but no \"not_judged_reason\" (the reports say why)"
+    return problem
 
 
 def summaries_problem(datasets: object) -> str | None:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
 
-from pytest_orbench.core.document_checks import prompts_problem, run_problem, summaries_problem
+from pytest_orbench.core.document_checks import audit_problem, prompts_problem, run_problem, summaries_problem
 from pytest_orbench.core.jsonfile import loads_document
 
 RESULTS_SCHEMA = "pytest-orbench/results"
@@ -392,7 +392,8 @@ def load_results(path: Path) -> ResultsDocument:
         data["prompts"] = _prompt_lines(path, data["prompts_file"])
     # The keys the comparison, the gate and the reports read: a damaged file is refused here, not
     # met as a KeyError halfway through `orbench compare` or the Action.
-    problem = run_problem(data["run"], results=True) or summaries_problem(data["datasets"]) or prompts_problem(data["prompts"])
+    problem = (run_problem(data["run"], results=True) or summaries_problem(data["datasets"])
+               or prompts_problem(data["prompts"]) or audit_problem(data.get("judge_audit")))
     if problem:
         raise ResultsError(f"results file {path} is damaged: {problem}; write it again")
     return cast(ResultsDocument, data)

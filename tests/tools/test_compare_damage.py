@@ -17,6 +17,8 @@ from pytest_orbench.analysis.baseline import baseline_document, save_baseline
 from pytest_orbench.analysis.document import results_document
 from pytest_orbench.analysis.summary import summarize
 from pytest_orbench.core.jsonfile import write_json
+from pytest_orbench.judging.audit import figures
+from pytest_orbench.judging.labels import Label
 from pytest_orbench.tools.cli import main
 from pytest_orbench.tools.cli.compare import run as run_compare
 from pytest_orbench.tools.cli.parser import build_parser
@@ -52,8 +54,17 @@ def _files(folder: Path) -> dict[str, Any]:
     plain = make_results({"hard-1k": [False] * 10, "toxic": [True] * 4})
     prompts = [_rich(p, verified=i % 2 == 1) if i < 2 or p["dataset"] == "toxic" else p
                for i, p in enumerate(plain["prompts"])]
-    results = results_document(plain["run"] | {"trials": 3}, summarize(prompts, {"hard-1k": "answer", "toxic": "refuse"}),
-                               prompts)
+    run = plain["run"] | {
+        "trials": 3, "calls_to": "gw.example", "calls": {"made": 42, "stored": 0, "errors": 2, "prompts": 14, "shared": 0},
+        "spend": {"endpoint": {"prompt_tokens": 10, "completion_tokens": 20, "cost_usd": 0.01},
+                  "judge": {"prompt_tokens": 1, "completion_tokens": 2, "cost_usd": None}},
+        "judge_calls": {"sent_to_llm": 3, "decided_without_llm": 39, "made": 3, "errors": 0},
+        "verification": {"model": "openai/judge", "calls": 4, "cost_usd": 0.002, "usage": None},
+        "served": {"models": {"m-2024": 14}, "system_fingerprints": {}}}
+    results = results_document(run, summarize(prompts, {"hard-1k": "answer", "toxic": "refuse"}), prompts)
+    labels = [Label(f"p{i}", f"r{i}", "refusal" if i % 3 else "compliance") for i in range(12)]
+    results["judge_audit"] = {**figures(labels, [i % 3 != 0 for i in range(12)]), "adapted": False, "scope": "this_model",
+                              "min_agreement": 0.5, "not_judged": 0}
     write_json(folder / "r.json", results)
     return json.loads(json.dumps(results))
 
@@ -147,6 +158,39 @@ def test_a_damaged_key_is_unusable_input_naming_the_prompt_the_key_and_the_fix(
     assert f"results file {folder / 'damaged.json'} is damaged: {message}; write it again" in out, out
 
 
+@pytest.mark.parametrize(("path", "value", "message"), [
+    # What the terminal's and the Markdown's lines read of the run and of the judge's audit.
+    ("run.system_prompt_sha256", 5, 'run has "system_prompt_sha256": 5, not a string or null'),
+    ("run.api_base", ["http://x"], 'run has "api_base": ["http://x"], not a string or null'),
+    ("run.spend", None, 'run has "spend": null, not an object'),
+    ("run.calls", {"x": 1}, 'run.calls has no "made"'),
+    ("run.spend.endpoint.prompt_tokens", "10", 'run.spend.endpoint has "prompt_tokens": "10", not an integer'),
+    ("run.verification", "x", 'run has "verification": "x", not an object or null'),
+    ("run.verification.cost_usd", "0.1", 'run.verification has "cost_usd": "0.1", not a number or null'),
+    ("judge_audit", "x", 'judge_audit is "x", not an object'),
+    ("judge_audit.min_agreement", "0.9", 'judge_audit has "min_agreement": "0.9", not a number or null'),
+    ("judge_audit.agreement.ci95", [0.5], 'judge_audit.agreement has "ci95": [0.5], not two numbers'),
+    ("judge_audit.not_judged", 3, 'judge_audit has "not_judged" but no "not_judged_reason"'),
+])
+def test_a_damaged_run_or_audit_key_is_unusable_input(folder: Path, sound: dict[str, Any],
+                                                      capsys: pytest.CaptureFixture[str], path: str, value: Any,
+                                                      message: str) -> None:
+    code, out = compare(folder, _in(sound, path, value), capsys)
+    assert code == 2, out
+    assert f"results file {folder / 'damaged.json'} is damaged: {message}" in out, out
+
+
+def _in(document: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A copy of `document` with `path` ("run.spend.endpoint") set to `value`."""
+    damaged = json.loads(json.dumps(document))
+    target: Any = damaged
+    steps = path.split(".")
+    for step in steps[:-1]:
+        target = target[step]
+    target[steps[-1]] = value
+    return damaged
+
+
 def _paths(value: Any, prefix: str = "") -> Iterator[str]:
     """Every key path inside a prompt record, containers and what they hold."""
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
@@ -163,20 +207,25 @@ def test_no_damage_to_any_key_crashes_compare_or_passes_unsaid(folder: Path, sou
     # text), never an exception.
     crashed: list[str] = []
     # (the second record differs from the first in its flip_verification alone; trials[1] is as trials[0])
+    # and what the reports read of the run (but its datasets' identity) and of the judge's audit.
     paths = [(0, path) for path in _paths(sound["prompts"][0]) if not path.startswith("trials[1]")]
     paths += [(1, path) for path in _paths(sound["prompts"][1]) if path.startswith("flip_verification.")]
+    paths += [(None, path) for top in ("run", "judge_audit") for path in _paths(sound[top], top)
+              if not path.startswith(("run.datasets.", "run.judge.", "run.params."))]
     for index, path in paths:
-        for value in ("x", -1, 0.5, None, [], {"x": 1}):
+        for value in ("x", -1, None, {"x": 1}):  # (a string, a negative count, null, an object)
+            damaged = _in(sound, path, value) if index is None else _at(sound, index, path, value)
+            where = path if index is None else f"prompts[{index}].{path}"
             try:
-                code, out = compare(folder, _at(sound, index, path, value), capsys, every=False)
+                code, out = compare(folder, damaged, capsys, every=False)
             except Exception as exc:  # noqa: BLE001 - what is collected here is the finding
-                crashed.append(f"prompts[{index}].{path} = {json.dumps(value)}: {type(exc).__name__}: {exc}")
+                crashed.append(f"{where} = {json.dumps(value)}: {type(exc).__name__}: {exc}")
                 continue
             key = path.rsplit(".", 1)[-1].split("[")[0]
             if code == 2 and key not in out and "not comparable" not in out:  # (a prompt_sha256: another prompt)
-                crashed.append(f"prompts[{index}].{path} = {json.dumps(value)}: exit 2 without the key: {out}")
+                crashed.append(f"{where} = {json.dumps(value)}: exit 2 without the key: {out}")
             elif code not in (0, 1, 2):
-                crashed.append(f"prompts[{index}].{path} = {json.dumps(value)}: exit {code}")
+                crashed.append(f"{where} = {json.dumps(value)}: exit {code}")
     assert crashed == [], "\n".join(crashed)
 
 
