@@ -42,18 +42,27 @@ def redact_url(url: str | None) -> str | None:
 
 
 # A URL inside any text (a value of litellm kwargs that holds one among words), of any scheme (https://, wss://,
-# s3://): up to whitespace, a quote or an angle bracket, without the punctuation that ends a sentence around it.
-URL_IN_TEXT = re.compile(r"\b[a-z][a-z0-9+.-]+://[^\s\"'<>`\\]*[^\s\"'<>`\\.,;:!?)\]]", re.IGNORECASE)
+# s3://), or percent-encoded whole (https%3A%2F%2F...): up to whitespace, a quote or an angle bracket, without the
+# punctuation that ends a sentence around it.
+URL_IN_TEXT = re.compile(r"\b[a-z][a-z0-9+.-]+(?:://|%3A%2F%2F)[^\s\"'<>`\\]*[^\s\"'<>`\\.,;:!?)\]]", re.IGNORECASE)
+
+
+def _encoded(url: str) -> bool:
+    return "://" not in url.split("%", 1)[0] and re.search("%3A%2F%2F", url, re.IGNORECASE) is not None
 
 
 def text_urls(text: str) -> list[str]:
-    """Every URL in a text, as written."""
-    return URL_IN_TEXT.findall(text)
+    """Every URL in a text, as written (one percent-encoded whole, decoded)."""
+    return [unquote(url) if _encoded(url) else url for url in URL_IN_TEXT.findall(text)]
 
 
 def redact_text(text: str) -> str:
-    """A text with every URL in it as redact_url shows it (no credentials, query or fragment)."""
-    return URL_IN_TEXT.sub(lambda found: redact_url(found.group(0)) or "", text)
+    """A text with every URL in it as redact_url shows it (no credentials, query or fragment; one percent-encoded
+    whole, encoded again)."""
+    def shown(url: str) -> str:
+        return quote(redact_url(unquote(url)) or "", safe="") if _encoded(url) else redact_url(url) or ""
+
+    return URL_IN_TEXT.sub(lambda found: shown(found.group(0)), text)
 
 
 # Query parameters that carry a credential: Azure's `api-key` and SAS `sig`, a gateway's `key=` / `token=`, a

@@ -66,6 +66,9 @@ def test_a_query_without_credentials_is_accepted(url: str) -> None:
      "(X-Amz-Signature=...)"),
     ({"extra_body": {"note": f"post it to https://hook.example/x?X-Goog-Signature={SECRET}, then stop"}},
      "litellm_kwargs.extra_body.note (https://hook.example) has a credential in its query string (X-Goog-Signature=...)"),
+    ({"extra_body": {"upload": f"https%3A%2F%2Fbucket.example%2Fk%3FX-Amz-Signature%3D{SECRET}"}},
+     "litellm_kwargs.extra_body.upload (https://bucket.example) has a credential in its query string "
+     "(X-Amz-Signature=...)"),
     ({"extra_body": {"upload": f"s3://bucket/k?X-Amz-Signature={SECRET}"}},
      "litellm_kwargs.extra_body.upload (s3://bucket) has a credential in its query string (X-Amz-Signature=...)"),
 ])
@@ -93,10 +96,11 @@ def test_every_url_anywhere_in_the_public_kwargs_is_shown_without_credentials_or
                        "note": f"post it to https://u:{SECRET}@hook.example:8443/x?t={SECRET}, then stop",
                        f"https://named.example/?t={SECRET}": 1, "extra_headers": {"X-Tenant": SECRET}},
         "callback_url": f"https://hook.example/y?tenant={SECRET}", "stream_to": f"wss://rt.example/s?tenant={SECRET}",
-        "temperature": 0.5})
+        "encoded": f"https%3A%2F%2Fhook.example%2Fz%3Ftenant%3D{SECRET}", "temperature": 0.5})
     assert SECRET not in json.dumps(public)
     assert public == {
         "callback_url": "https://hook.example/y", "stream_to": "wss://rt.example/s", "temperature": 0.5,
+        "encoded": "https%3A%2F%2Fhook.example%2Fz",
         "extra_body": {"callback": "https://hook.example/x", "extra_headers": ["X-Tenant"],
                        "https://named.example/": 1, "note": "post it to https://hook.example:8443/x, then stop"},
         "fallbacks": [{"api_base": "https://gw.example/v1", "model": "openai/m2"}, "https://other.example/v1"]}
