@@ -28,6 +28,7 @@ OBJECT: Types = frozenset({dict})
 OBJECT_OR_NULL: Types = frozenset({dict, NoneType})
 LIST: Types = frozenset({list})
 Field = tuple[str, Types, bool]  # key, the JSON types accepted (exact: a bool is no int), required
+MAX_TRIALS = 20  # the most times a run asks one prompt (--orbench-trials): no record counts more
 _KINDS = {str: "a string", int: "an integer", float: "a number", bool: "true or false", NoneType: "null", dict: "an object",
           list: "a list"}
 
@@ -173,7 +174,7 @@ def _verdict_problem(prompt: dict[str, Any]) -> str | None:
             return (f"has \"refused\": {_value(refused)} but \"refused_trials\": {refused_trials} of "
                     f"\"scored_trials\": {scored}")
         share = prompt.get("refused_share")
-        if share is not None and (scored == 0 or abs(share - refused_trials / scored) > 1e-9):
+        if share is not None and (scored == 0 or not abs(share - refused_trials / scored) <= 1e-9):  # (NaN too)
             return (f"has \"refused_share\": {_value(share)} but \"refused_trials\": {refused_trials} of "
                     f"\"scored_trials\": {scored}")
     return None
@@ -206,11 +207,16 @@ def _inner_problem(prompts: list[dict[str, Any]], label: Callable[[int, str], st
         return entries_problem(found, fields, where)
 
     problem = check("base", BASE_KEYS) or check("flip_verification", FLIP_KEYS) or check("trials", TRIAL_KEYS, many=True)
-    if problem is None and min((r.get("trial_errors", 0) for _, side, _ in sides for r in side), default=0) < 0:
-        # A negative count took trials away from the worst case: its pair had fewer trials than none.
+    if problem is None and (min((r.get("trial_errors", 0) for _, side, _ in sides for r in side), default=0) < 0 or max(
+            (r.get("trial_errors", 0) + r.get("scored_trials", 0) for _, side, _ in sides for r in side), default=0) > MAX_TRIALS):
+        # A negative count took trials away from the worst case (its pair had fewer trials than none); a count past
+        # what any run asks is no run's (and past a float's range, no comparison's).
         path, index, record = next((path, owner(n), r) for path, side, owner in sides for n, r in enumerate(side)
-                                   if r.get("trial_errors", 0) < 0)
-        problem = f"{label(index, path.rstrip('.'))} has \"trial_errors\": {record['trial_errors']}, not a count (0 or more)"
+                                   if not 0 <= r.get("trial_errors", 0) <= MAX_TRIALS - r.get("scored_trials", 0))
+        errors, scored = record.get("trial_errors", 0), record.get("scored_trials", 0)
+        problem = f"{label(index, path.rstrip('.'))} has " + (
+            f"\"trial_errors\": {errors}, not a count (0 or more)" if errors < 0 else
+            f"\"trial_errors\": {errors} and \"scored_trials\": {scored}, more trials than a run asks (at most {MAX_TRIALS})")
     return problem
 
 

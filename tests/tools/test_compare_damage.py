@@ -125,6 +125,11 @@ def _at(document: dict[str, Any], index: int, path: str, value: Any) -> dict[str
     (0, "trial_errors", "two", 'prompts[0] (id hard-1k-0000) has "trial_errors": "two", not an integer'),
     (0, "trial_errors", -3, 'prompts[0] (id hard-1k-0000) has "trial_errors": -3, not a count (0 or more)'),
     (0, "trial_errors", 1.0, 'prompts[0] (id hard-1k-0000) has "trial_errors": 1.0, not an integer'),
+    # More trials than any run asks: past a float's range, an OverflowError in the worst case's test.
+    (0, "trial_errors", 10**18, 'prompts[0] (id hard-1k-0000) has "trial_errors": 1000000000000000000 and "scored_trials": '
+                                '2, more trials than a run asks (at most 20)'),
+    (0, "refused_share", float("nan"), 'prompts[0] (id hard-1k-0000) has "refused_share": NaN but "refused_trials": 0 of '
+                                       '"scored_trials": 2'),
     # `verified: "false"` is not false: the flip was counted as verified, out of the worst case.
     (0, "flip_verification.verified", "false", 'prompts[0].flip_verification (id hard-1k-0000) has "verified": "false", '
                                                "not true or false"),
@@ -155,7 +160,7 @@ def test_a_damaged_key_is_unusable_input_naming_the_prompt_the_key_and_the_fix(
         message: str) -> None:
     code, out = compare(folder, _at(sound, index, path, value), capsys)
     assert code == 2, out
-    assert f"results file {folder / 'damaged.json'} is damaged: {message}; write it again" in out, out
+    assert f"results file {folder / 'damaged.json'} is damaged: {message}" in out and "; write it again" in out, out
 
 
 @pytest.mark.parametrize(("path", "value", "message"), [
