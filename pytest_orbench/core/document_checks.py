@@ -66,12 +66,12 @@ RUN_KEYS: tuple[Field, ...] = (
     ("api_base", STR_OR_NULL, False), ("system_prompt_sha256", STR_OR_NULL, False), ("revision", STR_OR_NULL, False),
     ("model", STR_OR_NULL, False), ("target", STR_OR_NULL, False), ("calls_to", STR, False),
 )
-# The objects inside a run that the terminal's and the Markdown's lines read, by key (`run.spend.endpoint`, ...).
 def _counts(*keys: str, required: int = 0) -> tuple[Field, ...]:
     """Counts by key, the first `required` of them always there (the reports index them)."""
     return tuple((key, INT, n < required) for n, key in enumerate(keys))
 
 
+# The objects inside a run that the terminal's and the Markdown's lines read, by key (`run.spend.endpoint`, ...).
 SPENT: tuple[Field, ...] = (*_counts("prompt_tokens", "completion_tokens", required=2), ("cost_usd", NUMBER_OR_NULL, False))
 RUN_PARTS: dict[str, tuple[Field, ...]] = {
     "calls": _counts("made", "stored", "errors", "prompts", "shared", "not_requested", "fetched_not_run", required=3),
@@ -290,9 +290,10 @@ def run_problem(run: object, results: bool = False) -> str | None:
     report's header reads them), a baseline's may hold nulls."""
     if not isinstance(run, dict):
         return f"`run` is {_value(run)}, not an object"
-    fields = RUN_KEYS + ((("endpoint", STR, True), ("datasets", frozenset({dict}), True)) if results else ())
+    fields = RUN_KEYS + ((("endpoint", STR, True), ("datasets", OBJECT, True), ("judge", OBJECT, True)) if results else ())
+    judge = {"judge": (("id", STR, True), ("version", STR, True))} if results else {}  # (the report's header)
     return (entries_problem([run], fields, lambda _: "run") or objects_problem(run.get("datasets") or {}, "run.datasets")
-            or parts_problem(run, "run", RUN_PARTS))
+            or parts_problem(run, "run", RUN_PARTS | judge))
 
 
 def parts_problem(root: dict[str, Any], where: str, parts: dict[str, tuple[Field, ...]]) -> str | None:

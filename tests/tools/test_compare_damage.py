@@ -172,6 +172,8 @@ def test_a_damaged_key_is_unusable_input_naming_the_prompt_the_key_and_the_fix(
     ("run.spend.endpoint.prompt_tokens", "10", 'run.spend.endpoint has "prompt_tokens": "10", not an integer'),
     ("run.verification", "x", 'run has "verification": "x", not an object or null'),
     ("run.verification.cost_usd", "0.1", 'run.verification has "cost_usd": "0.1", not a number or null'),
+    ("run.judge", None, 'run has "judge": null, not an object'),
+    ("run.judge", {"id": "keyword"}, 'run.judge has no "version"'),
     ("judge_audit", "x", 'judge_audit is "x", not an object'),
     ("judge_audit.min_agreement", "0.9", 'judge_audit has "min_agreement": "0.9", not a number or null'),
     ("judge_audit.agreement.ci95", [0.5], 'judge_audit.agreement has "ci95": [0.5], not two numbers'),
