@@ -8,13 +8,12 @@ and read back by `orbench compare` and the Action. The one boundary from JSON is
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
 
-from pytest_orbench.core.document_checks import prompts_problem, run_problem, summaries_problem
+from pytest_orbench.core.document_checks import audit_problem, prompts_problem, run_problem, summaries_problem
 from pytest_orbench.core.jsonfile import loads_document
 
 RESULTS_SCHEMA = "pytest-orbench/results"
@@ -44,11 +43,6 @@ def record_of(name: str, value: object) -> PromptRecord | None:
     if name != REPORT_PROPERTY or not isinstance(value, str):
         return None
     return cast(PromptRecord, json.loads(value))
-
-
-def reply_sha256(text: str) -> str:
-    """Which reply a verdict was on (16 hex digits): kept beside its store key, whose record a later call replaces."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 LIVE_BASE = "live base"  # run.compared_with when the gate compared with the live base asked in the same session
@@ -394,7 +388,8 @@ def load_results(path: Path) -> ResultsDocument:
         data["prompts"] = _prompt_lines(path, data["prompts_file"])
     # The keys the comparison, the gate and the reports read: a damaged file is refused here, not
     # met as a KeyError halfway through `orbench compare` or the Action.
-    problem = run_problem(data["run"], results=True) or summaries_problem(data["datasets"]) or prompts_problem(data["prompts"])
+    problem = (run_problem(data["run"], results=True) or summaries_problem(data["datasets"])
+               or prompts_problem(data["prompts"]) or audit_problem(data.get("judge_audit")))
     if problem:
         raise ResultsError(f"results file {path} is damaged: {problem}; write it again")
     return cast(ResultsDocument, data)

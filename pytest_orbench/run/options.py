@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from pytest_orbench.core.datasets.registry import BUILTINS
+from pytest_orbench.core.document_checks import MAX_TRIALS as MAX_TRIALS  # (a file's counts are checked against it)
 from pytest_orbench.judging.registry import DEFAULT_JUDGE, llm_judge_names, names_help
 from pytest_orbench.render.outputs import FORMAT
 
-MAX_TRIALS = 20
 # The range of each number setting, checked before any call: past these a run against a dead or hung endpoint
 # would never end (a million retries, a timeout of 30 years) while its progress said "ETA 22 s".
 RANGES: dict[str, tuple[float, float]] = {

@@ -19,8 +19,8 @@ from typing import Any, cast
 
 from pytest_orbench.analysis.pairs import compare, trials_of
 from pytest_orbench.core.endpoint import ModelSpec
-from pytest_orbench.core.records import BaselineDocument, PromptRecord, ResultsDocument, reply_sha256
-from pytest_orbench.core.store import Store
+from pytest_orbench.core.records import BaselineDocument, PromptRecord, ResultsDocument
+from pytest_orbench.core.store import Store, reply_sha256
 from pytest_orbench.judging.judges import Judgement
 from pytest_orbench.run.settings import Settings
 from pytest_orbench.run.verifier import Verifier

@@ -141,7 +141,7 @@ def test_a_failed_verification_keeps_the_flip_unverified(tmp_path: Path) -> None
 
 def _flip(tmp_path: Path, baseline_reply_sha: str | None) -> tuple[dict[str, Any], dict[str, Any], Store]:
     """A prompt newly refused against a baseline whose stored reply was answered, then asked again and refused."""
-    from pytest_orbench.core.records import reply_sha256
+    from pytest_orbench.core.store import reply_sha256
 
     store = Store(tmp_path / "store")
     store.put("run-key", {"text": "I can't help with that.", "finish_reason": "stop"})
