@@ -8,6 +8,7 @@ and read back by `orbench compare` and the Action. The one boundary from JSON is
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
