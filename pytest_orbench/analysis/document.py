@@ -190,6 +190,8 @@ def build_results(run: RunMeta, records: list[PromptRecord], expected: dict[str,
     if verification is not None:
         _attach_verification(results, verification)
     if stopped:
+        # Recorded in the run, so that `orbench compare` of this file (which assesses it again) knows it too.
+        results["run"]["stopped"] = stopped
         mark_stopped(results["gate"], stopped, stored=stored)
     if update is not None:
         results["run"]["baseline_update"] = {"path": str(update.path), "written": update.reason is None,

@@ -268,6 +268,10 @@ def _common_error(results: ResultsDocument, dataset: str, base: bool = True) -> 
     # Withheld when it quotes a toxic prompt, as the report's error lists do: this text reaches the PR comment.
     errors = Counter(error_shown(p, side.get("error") or side.get("verdict") or "no verdict")[:200]
                      for p, side in zip(prompts, sides) if isinstance(side, dict) and side.get("refused") is None)
+    if not base:  # flips whose verification failed spend the run's budget too
+        errors.update(error_shown(p, f"flip not verified: {(p.get('flip_verification') or {}).get('error')}")[:200]
+                      for p in prompts if p.get("refused") is not None
+                      and (p.get("flip_verification") or {}).get("verified") is False)
     if not errors:
         return "none recorded"
     text, count = errors.most_common(1)[0]
@@ -345,13 +349,18 @@ def _worst_case(check: GateCheck, worst: Any, direction: str, tolerance: float, 
         return
     check["outcome"] = "inconclusive"
     reasons = Counter(_reason_kind(u["why"]) for u in undecided)
-    shown = ", ".join(f"{u['id']} ({u['why'][:120]})" for u in undecided[:5])
+    shown = ", ".join(f"{u['id']} ({_cut(u['why'], 120)})" for u in undecided[:5])
     more = f" and {len(undecided) - 5} more" if len(undecided) > 5 else ""
     check["message"] += (
         f"; but {len(undecided)} prompt{'' if len(undecided) == 1 else 's'} had no usable verdict "
         f"({', '.join(f'{count} {kind}' for kind, count in reasons.most_common())}): counted against the change, the "
         f"check would fail ({pp(delta)}, {worst['regressed']} regressed, p = {worst['p_value']:.3g}), so this run cannot "
         f"show there is no regression: {shown}{more}")
+
+
+def _cut(text: str, limit: int) -> str:
+    """`text` within `limit` characters, cut at a word with an ellipsis."""
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0].rstrip(",;:") + " …"
 
 
 def _reason_kind(why: str) -> str:

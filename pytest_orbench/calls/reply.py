@@ -3,8 +3,11 @@ including what a provider says outside the text; what a reply cut at max_tokens 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 # Finish values the plugin itself writes, for what a provider says outside the reply's text; judging.judges.delivery
 # gives each its verdict and reason. A provider's own finish_reason ("stop", "length", "content_filter") is kept as sent.
@@ -22,6 +25,14 @@ class Reply:
     completion_tokens: int | None = None
     cost: float | None = None  # USD, when litellm knows the model's price
     system_fingerprint: str | None = None  # the provider's backend configuration, when it reports one
+
+    def __post_init__(self) -> None:
+        # Half a surrogate pair (a JSON "\ud800" escape in a reply) is no text: UTF-8 cannot hold it, so storing the
+        # reply would fail and end the fetch. It reads as U+FFFD, as an invalid character is shown anywhere.
+        for name in ("text", "model", "system_fingerprint", "finish_reason"):
+            value = getattr(self, name)
+            if isinstance(value, str) and _SURROGATE.search(value):
+                object.__setattr__(self, name, _SURROGATE.sub("\ufffd", value))
 
     def record(self) -> dict[str, Any]:
         return {

@@ -20,6 +20,7 @@ from pytest_orbench.core.urls import LOOPBACK as LOOPBACK
 from pytest_orbench.core.urls import SECRET_VALUES as SECRET_VALUES
 from pytest_orbench.core.urls import api_base_problem as api_base_problem
 from pytest_orbench.core.urls import is_loopback as is_loopback
+from pytest_orbench.core.urls import redact_text, text_urls
 from pytest_orbench.core.urls import redact_url as redact_url
 
 SECRET_WORDS = re.compile(r"key|token|secret|password|authorization|credential", re.IGNORECASE)
@@ -49,27 +50,33 @@ def env_refs(value: Any) -> list[str]:
 
 
 def public_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """litellm kwargs as they may be stored, keyed and shown: headers by name only, `{env: VAR}` by name."""
-    def public(key: str, value: Any) -> Any:
-        if key in HEADER_KEYS and isinstance(value, dict):
-            return sorted(str(k) for k in value)
-        if is_env_ref(value):
-            return {"env": value["env"]}
-        if key in ENDPOINT_KWARGS and isinstance(value, str):
-            return redact_url(value)  # as the api_base setting is: no credentials, no query (a token there)
-        if isinstance(value, dict):
-            return {str(k): public(str(k), v) for k, v in sorted(value.items())}
-        return value
+    """litellm kwargs as they may be stored, keyed and shown: headers by name only, `{env: VAR}` by name, every URL
+    in them (at any depth, in lists, under any name, among words) without credentials, query or fragment."""
+    return {redact_text(str(k)): _public(str(k), v) for k, v in sorted(kwargs.items()) if not secret_name(str(k))}
 
-    return {str(k): public(str(k), v) for k, v in sorted(kwargs.items()) if not secret_name(str(k))}
+
+def _public(key: str, value: Any) -> Any:
+    if key in HEADER_KEYS and isinstance(value, dict):
+        return sorted(str(k) for k in value)
+    if is_env_ref(value):
+        return {"env": value["env"]}
+    if key in ENDPOINT_KWARGS and isinstance(value, str):
+        return redact_url(value)  # as the api_base setting is: no credentials, no query (a token there)
+    if isinstance(value, dict):
+        return {redact_text(str(k)): _public(str(k), v) for k, v in sorted(value.items())}
+    if isinstance(value, list):
+        return [_public(key, item) for item in value]
+    if isinstance(value, str):
+        return redact_text(value)  # a callback URL, a fallback's endpoint: a signed URL's query is its key
+    return value
 
 
 def shown_params(params: Any) -> Any:
-    """Recorded params as public_kwargs makes them today: an endpoint set in litellm kwargs without credentials or
-    query (a baseline written before it was redacted may hold them; they are never shown from it)."""
+    """Recorded params as public_kwargs makes them today: every URL in them without credentials or query, header
+    values by name (a baseline written before they were redacted may hold them; they are never shown from it)."""
     if not isinstance(params, dict):
         return params
-    return {k: redact_url(v) if k in ENDPOINT_KWARGS and isinstance(v, str) else v for k, v in params.items()}
+    return {k: _public(str(k), v) for k, v in params.items()}
 
 
 def resolve_env(value: Any, environ: Mapping[str, str] | None = None) -> Any:
@@ -113,9 +120,9 @@ class ModelSpec:
 
 def unshown_key_fields(api_base: str | None, kwargs: dict[str, Any]) -> dict[str, Any]:
     """What decides a reply but is never stored or shown, for store keys only (hashed): header values written in
-    the settings, the query string of an endpoint URL (a deployment, an API version; a key there is refused) and an
-    endpoint URL read with `{env: VAR}`. Without any of them nothing is added: the keys of such settings stay as
-    they were. Without these, two deployments behind one public form shared their replies: the live base's were
+    the settings, the query string of an endpoint URL (a deployment, an API version; a key there is refused), an
+    endpoint URL read with `{env: VAR}`, and the same deeper in the kwargs (a fallback's endpoint, a callback URL's
+    query, a header set in a list). Without any of them nothing is added: the keys of such settings stay as they were. Without these, two deployments behind one public form shared their replies: the live base's were
     taken for the configuration tested."""
     fields: dict[str, Any] = {}
     written = literal_header_values(kwargs)
@@ -126,7 +133,34 @@ def unshown_key_fields(api_base: str | None, kwargs: dict[str, Any]) -> dict[str
                and (urlsplit(url).query or is_env_ref(kwargs.get(name)))}
     if unshown:
         fields["endpoint_urls"] = unshown
+    nested = _unshown("", {k: v for k, v in kwargs.items() if k not in (*ENDPOINT_KWARGS, *HEADER_KEYS)}, "")
+    if nested:
+        fields["kwargs_values"] = nested
     return fields
+
+
+def _unshown(key: str, value: Any, path: str) -> dict[str, Any]:
+    """What public_kwargs leaves out of `value` under `key` (at `path`): a URL's query, credentials or fragment
+    (the whole string, as written), a header's written value, an endpoint read with `{env: VAR}` (its value)."""
+    found: dict[str, Any] = {}
+    if key in HEADER_KEYS and isinstance(value, dict):
+        written = {str(k): str(v) for k, v in sorted(value.items()) if v is not None and not is_env_ref(v)}
+        return {path: written} if written else {}
+    if is_env_ref(value):
+        url = os.environ.get(value["env"]) if key in ENDPOINT_KWARGS else None
+        return {path: url} if url else {}
+    if isinstance(value, str):
+        shown = redact_url(value) if key in ENDPOINT_KWARGS else redact_text(value)
+        return {path: value} if shown != value else {}
+    if isinstance(value, dict):
+        for k, item in value.items():
+            if redact_text(str(k)) != str(k):
+                found[f"{path}.{k} (name)"] = str(k)
+            found.update(_unshown(str(k), item, f"{path}.{k}"))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found.update(_unshown(key, item, f"{path}[{i}]"))
+    return found
 
 
 def literal_header_values(kwargs: dict[str, Any]) -> dict[str, dict[str, str]]:
@@ -240,13 +274,9 @@ def kwargs_endpoint(kwargs: Mapping[str, Any] | None, env: Mapping[str, str] | N
     return None
 
 
-def _is_url(value: Any) -> bool:
-    return isinstance(value, str) and re.match(r"https?://", value.strip(), re.IGNORECASE) is not None
-
-
 def kwargs_urls(kwargs: Any, where: str, env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
     """Every URL litellm kwargs hold, with where it is set: `api_base` / `base_url` (written, or read with
-    `{env: VAR}` when VAR is set), and any http(s) URL nested anywhere in them."""
+    `{env: VAR}` when VAR is set), and any URL anywhere in them (at any depth, in a list, among words)."""
     env = os.environ if env is None else env
     found: list[tuple[str, str]] = []
     if isinstance(kwargs, dict) and not is_env_ref(kwargs):
@@ -257,12 +287,13 @@ def kwargs_urls(kwargs: Any, where: str, env: Mapping[str, str] | None = None) -
             elif key in ENDPOINT_KWARGS and isinstance(value, str) and value:
                 found.append((path, value))
             else:
+                found += [(f"{path} (the name)", url) for url in text_urls(str(key))]
                 found += kwargs_urls(value, path, env)
     elif isinstance(kwargs, list):
         for i, item in enumerate(kwargs):
             found += kwargs_urls(item, f"{where}[{i}]", env)
-    elif _is_url(kwargs):
-        found.append((where, kwargs))
+    elif isinstance(kwargs, str):
+        found += [(where, url) for url in text_urls(kwargs)]
     return found
 
 
@@ -337,7 +368,8 @@ def secret_problem(kwargs: dict[str, Any], where: str, key_setting: str, check_e
         return (f"{where}.{top} looks like a secret; secrets never go in orbench.yaml. Put the key in an "
                 f"environment variable and set {key_setting} to its name")
     for path, url in kwargs_urls(kwargs, where):
-        problem = api_base_problem(url)
+        endpoint = re.sub(r" \(.*\)$", "", path).rsplit(".", 1)[-1] in ENDPOINT_KWARGS
+        problem = api_base_problem(url, anywhere=not endpoint)
         if problem:
             return f"{path} {problem}"
     found = literal_secrets(kwargs, where)

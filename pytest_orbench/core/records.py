@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict, cast
 
-from pytest_orbench.core.document_checks import prompts_problem, run_problem, summaries_problem
+from pytest_orbench.core.document_checks import audit_problem, prompts_problem, run_problem, summaries_problem
 from pytest_orbench.core.jsonfile import loads_document
 
 RESULTS_SCHEMA = "pytest-orbench/results"
@@ -46,11 +46,6 @@ def record_of(name: str, value: object) -> PromptRecord | None:
     return cast(PromptRecord, json.loads(value))
 
 
-def reply_sha256(text: str) -> str:
-    """Which reply a verdict was on (16 hex digits): kept beside its store key, whose record a later call replaces."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
 LIVE_BASE = "live base"  # run.compared_with when the gate compared with the live base asked in the same session
 
 
@@ -71,6 +66,7 @@ class TrialVerdict(TypedDict):
     refused: bool | None
     error: NotRequired[str]
     reply_key: NotRequired[str]  # the store key of this trial's reply
+    reply_sha256: NotRequired[str]  # which reply that was
 
 
 class Combined(TypedDict):
@@ -175,6 +171,7 @@ class RunMeta(TypedDict, total=False):
     duration_seconds: float
     compared_with: str | None
     baseline_update: dict[str, Any]  # path, written, reason
+    stopped: str  # why the run stopped before every selected prompt ran (-x, Ctrl-C, a crash): never a pass
 
 
 class RateBlock(TypedDict):
@@ -392,7 +389,8 @@ def load_results(path: Path) -> ResultsDocument:
         data["prompts"] = _prompt_lines(path, data["prompts_file"])
     # The keys the comparison, the gate and the reports read: a damaged file is refused here, not
     # met as a KeyError halfway through `orbench compare` or the Action.
-    problem = run_problem(data["run"], results=True) or summaries_problem(data["datasets"]) or prompts_problem(data["prompts"])
+    problem = (run_problem(data["run"], results=True) or summaries_problem(data["datasets"])
+               or prompts_problem(data["prompts"]) or audit_problem(data.get("judge_audit")))
     if problem:
         raise ResultsError(f"results file {path} is damaged: {problem}; write it again")
     return cast(ResultsDocument, data)

@@ -24,6 +24,11 @@ KEY_VERSION = 1
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def reply_sha256(text: str) -> str:
+    """Which reply a verdict was on (16 hex digits): kept beside its store key, whose record a later call replaces."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
 def response_key(fields: dict[str, Any]) -> str:
     """Content address of one request. `fields` must not hold secrets: they are hashed, not stored."""
     canonical = _CANONICAL.encode({"v": KEY_VERSION, **fields})

@@ -14,9 +14,7 @@ verdict), both undone when it is read back. The labels file itself holds the tex
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import os
 import re
 import stat
@@ -28,7 +26,7 @@ from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from pathlib import Path
 
-from pytest_orbench.core.csv_cells import neutralise, restore
+from pytest_orbench.core.csv_cells import csv_text, neutralise, restore
 from pytest_orbench.core.datasets.custom import csv_records, decode_utf8
 from pytest_orbench.core.datasets.prompts import DatasetError
 
@@ -160,15 +158,14 @@ def labels_digest(labels: list[Label]) -> str:
 
 
 def dumps_labels(labels: list[Label]) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(COLUMNS)
+    """The labels file's text: `load_labels` reads back every text exactly (csv_text quotes what must be)."""
+    rows = [list(COLUMNS)]
     for label in labels:
         row = {f.name: getattr(label, f.name) for f in fields(Label)}
         share = row["stratum_share"]
         row["stratum_share"] = "" if share is None else f"{share:.6g}"
-        writer.writerow([neutralise(str(row[c])) for c in COLUMNS])  # a spreadsheet runs no formula of a reply
-    return out.getvalue()
+        rows.append([neutralise(str(row[c])) for c in COLUMNS])  # a spreadsheet runs no formula of a reply
+    return csv_text(rows)
 
 
 def save_labels(path: Path, labels: list[Label]) -> None:
@@ -236,11 +233,22 @@ class Conflict:
 
     kept: Label
     dropped: Label
+    timed: bool = True  # both labeled_at read as times: the later was kept; else the one being saved
 
     def describe(self) -> str:
         def one(label: Label) -> str:
-            return f"{label.label or 'unlabelled'} by {label.labeler or 'someone'} at {label.labeled_at or 'an unknown time'}"
-        return f"two labels of one reply: kept {one(self.kept)} (the later), not {one(self.dropped)}"
+            return f"{label.label or 'unlabelled'} by {label.labeler or 'someone'} at {_shown_time(label)}"
+        if self.timed:
+            return f"two labels of one reply: kept {one(self.kept)} (the later), not {one(self.dropped)}"
+        return (f"two labels of one reply: kept {one(self.kept)}, the one saved now (which is later is unknown: a "
+                f"time cannot be read), not {one(self.dropped)}; to keep that one, label the reply again")
+
+
+def _shown_time(label: Label) -> str:
+    if not label.labeled_at:
+        return "an unknown time"
+    text = label.labeled_at if len(label.labeled_at) <= 40 else label.labeled_at[:39] + "…"
+    return text if _when(label) is not None else f"{text!r} (unreadable)"
 
 
 def _act(label: Label) -> tuple[str, str, str]:
@@ -250,11 +258,13 @@ def _act(label: Label) -> tuple[str, str, str]:
 
 
 def _when(label: Label) -> datetime | None:
+    """labeled_at as a time to compare (without a zone: this computer's); None when it is none, or names one
+    that cannot be placed in this zone (a spreadsheet's zero date 0001-01-01 or 9999-12-31 west of UTC)."""
     try:
         when = datetime.fromisoformat(label.labeled_at)
-    except ValueError:
+        return when if when.tzinfo else when.astimezone()
+    except (ValueError, OverflowError):
         return None
-    return when if when.tzinfo else when.astimezone()
 
 
 def merge(base: Iterable[Label], ours: Iterable[Label], theirs: Iterable[Label]) -> tuple[list[Label], list[Conflict]]:
@@ -277,10 +287,11 @@ def merge(base: Iterable[Label], ours: Iterable[Label], theirs: Iterable[Label])
             merged[key] = mine  # changed here only
             continue
         mine_when, other_when = _when(mine), _when(other)
+        timed = mine_when is not None and other_when is not None
         later = other if (mine_when and other_when and other_when > mine_when) else mine
         merged[key] = later
         if mine.label and other.label and mine.label != other.label:
-            conflicts.append(Conflict(later, mine if later is other else other))
+            conflicts.append(Conflict(later, mine if later is other else other, timed))
     return list(merged.values()), conflicts
 
 
@@ -380,11 +391,9 @@ def unseal(token: str, prompt: str, response: str) -> tuple[str, str, str, float
 
 def dumps_export(labels: list[Label]) -> str:
     """An exported sample: every cell inert in a spreadsheet, the stratum sealed (`load_labels` reads it back)."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(EXPORT_COLUMNS)
+    rows = [list(EXPORT_COLUMNS)]
     for label in labels:
         row = {f.name: str(getattr(label, f.name)) for f in fields(Label) if f.name not in ("stratum", "stratum_share")}
         row["reply_sha256"], row["sample"] = label.key, seal(label)
-        writer.writerow([neutralise(row[c]) for c in EXPORT_COLUMNS])
-    return out.getvalue()
+        rows.append([neutralise(row[c]) for c in EXPORT_COLUMNS])
+    return csv_text(rows)

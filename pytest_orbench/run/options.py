@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from pytest_orbench.core.datasets.registry import BUILTINS
+from pytest_orbench.core.document_checks import MAX_TRIALS as MAX_TRIALS  # (a file's counts are checked against it)
 from pytest_orbench.judging.registry import DEFAULT_JUDGE, llm_judge_names, names_help
 from pytest_orbench.render.outputs import FORMAT
 
-MAX_TRIALS = 20
 # The range of each number setting, checked before any call: past these a run against a dead or hung endpoint
 # would never end (a million retries, a timeout of 30 years) while its progress said "ETA 22 s".
 RANGES: dict[str, tuple[float, float]] = {
@@ -145,14 +145,18 @@ def register_options(parser: pytest.Parser) -> None:
     group.addoption("--orbench-config", default=None, metavar="PATH", help="settings file (default: orbench.yaml in rootdir)")
     for option in OPTIONS:
         if option.flag is not None:
-            shown = option.help.replace("%", "%%")  # argparse %-formats a flag's help ("95% interval"); ini help is not
             if option.kind == "bool":
-                group.addoption(option.flag, dest=option.dest, action="store_true", default=None, help=shown)
+                group.addoption(option.flag, dest=option.dest, action="store_true", default=None, help=_escaped(option.help))
             else:
                 metavar = {"int": "N", "float": "X", "path": "PATH", "list": "LIST"}.get(option.kind, option.key.upper())
-                group.addoption(option.flag, dest=option.dest, default=None, metavar=metavar, help=shown)
+                group.addoption(option.flag, dest=option.dest, default=None, metavar=metavar, help=_escaped(option.help))
         if option.ini:
             parser.addini(option.dest, option.help, type=_ini_type(option.kind), default="")
+
+
+def _escaped(help_text: str) -> str:
+    """A flag's help as argparse formats it (a "%" starts a placeholder there; the ini options' help is shown as is)."""
+    return help_text.replace("%", "%%")
 
 
 # pytest 9.2 takes unions: a TOML number or boolean ([tool.pytest] keeps TOML's types) then reaches

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from pytest_orbench.core.datasets.prompts import Prompt
-from pytest_orbench.core.records import BaseRecord, Combined, Costs, PromptRecord, TrialVerdict, reply_sha256
+from pytest_orbench.core.records import BaseRecord, Combined, Costs, PromptRecord, TrialVerdict
+from pytest_orbench.core.store import reply_sha256
 from pytest_orbench.fetch.loop import Outcome
 from pytest_orbench.judging.judges import Judgement, Verdict
 from pytest_orbench.judging.labels import reply_digest
@@ -189,4 +190,5 @@ def _trial_verdict(trial: dict[str, Any]) -> TrialVerdict:
         verdict["error"] = trial["error"]
     if trial.get("key") and trial["text"]:
         verdict["reply_key"] = trial["key"]  # each trial's reply, for --orbench-verify-flips
+        verdict["reply_sha256"] = reply_sha256(trial["text"])
     return verdict

@@ -12,21 +12,18 @@ class in its answer, the spend limit reached) leaves the flip as the offline jud
 
 from __future__ import annotations
 
-import asyncio
 import copy
-import gc
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from pytest_orbench.analysis.pairs import compare, trials_of
 from pytest_orbench.core.endpoint import ModelSpec
-from pytest_orbench.core.records import NOT_REQUESTED, BaselineDocument, PromptRecord, ResultsDocument, reply_sha256
-from pytest_orbench.core.store import Store
-from pytest_orbench.judging.judges import CLASSES, Judgement
-from pytest_orbench.judging.llm_judge import BRACKETED, REPLY_QUOTE, REQUEST_QUOTE, LLMJudge
+from pytest_orbench.core.records import BaselineDocument, PromptRecord, ResultsDocument
+from pytest_orbench.core.store import Store, reply_sha256
+from pytest_orbench.judging.judges import Judgement
 from pytest_orbench.run.settings import Settings
+from pytest_orbench.run.verifier import Verifier
 
 
 def flips(reference: BaselineDocument, results: ResultsDocument) -> dict[str, list[str]]:
@@ -45,145 +42,13 @@ class Tally:
     first_error: str | None = None
 
 
-def _keys(side: Mapping[str, Any]) -> list[str | None]:
-    """The store keys of a side's replies that count: each trial's, or the one reply's."""
+def _keys(side: Mapping[str, Any]) -> list[tuple[str | None, str | None]]:
+    """The store keys of a side's replies that count, each with the digest of the reply judged: each trial's, or
+    the one reply's."""
     trials = side.get("trials")
     if trials:
-        return [t.get("reply_key") for t in trials if t.get("refused") is not None]
-    return [side.get("reply_key")]
-
-
-def judge_markup(reply: str) -> str | None:
-    """Why an LLM verdict on this reply could be the reply's own (None: it could not): the reply carries the judge's
-    markup, a [[class]] or the markers that quote it in the judge's request, with which a reply can close its quote
-    and tell the judge what to answer. Such a flip is left unverified: its offline verdict stands, and the gate's
-    worst case counts it against the change."""
-    classes = {v.value for v in CLASSES}
-    found = next((m.group(1) for m in BRACKETED.finditer(reply)
-                  if m.group(1).strip().lower().replace(" ", "_").replace("-", "_") in classes), None)
-    if found is not None:
-        return (f"not asked: the reply carries the judge's own markup ([[{found.strip()[:30]}]]), so an LLM verdict "
-                "on it could be the reply's, not the judge's")
-    marker = next((m.strip() for m in (*REQUEST_QUOTE, *REPLY_QUOTE) if m.strip() in reply), None)
-    if marker is not None:
-        return (f"not asked: the reply carries the judge request's quoting marker {marker}, so an LLM verdict on it "
-                "could be the reply's, not the judge's")
-    return None
-
-
-class Verifier:
-    """Asks the LLM judge about replies, concurrently, through the store (judge_calls.JudgeStage), within what is
-    left of --orbench-max-cost (`budget`, USD; None: no limit)."""
-
-    def __init__(self, spec: ModelSpec, store: Store, retries: int, concurrency: int, budget: float | None = None,
-                 limit: str = "") -> None:
-        from pytest_orbench.judging.llm_calls import JudgeStage
-
-        self.judge = LLMJudge(spec)
-        assert self.judge.llm is not None
-        self.llm = self.judge.llm
-        self.stage = JudgeStage(self.llm, store, retries)
-        self.store = store
-        self.concurrency = max(1, concurrency)
-        self.calls = 0
-        self.cost: float | None = 0.0
-        self.usage = {"prompt_tokens": 0, "completion_tokens": 0}
-        self.budget = budget
-        self.limit = limit  # the limit and what the run spent before, as the message of a call not made says them
-        self.not_requested = 0  # judge calls not made: the spend limit was reached
-        self._in_flight = 0
-        self._budget_changed: asyncio.Condition | None = None
-
-    def reply(self, key: str | None) -> dict[str, Any] | None:
-        return self.store.get(key) if key else None
-
-    async def _reserve(self) -> str | None:
-        """Room for one more paid judge call within the budget (None), or why it is not made. Calls in flight are
-        counted at the mean price of those paid so far; until one is paid, one call at a time."""
-        if self.budget is None:
-            return None
-        if self._budget_changed is None:
-            self._budget_changed = asyncio.Condition()
-        async with self._budget_changed:
-            while True:
-                if self.cost is None:  # a price litellm does not know: the limit cannot be kept (estimate refuses it)
-                    break
-                per_call = self.cost / self.calls if self.calls else None
-                if per_call is None and self._in_flight:
-                    await self._budget_changed.wait()
-                    continue
-                if self.cost >= self.budget or (
-                        per_call is not None and self.cost + (self._in_flight + 1) * per_call > self.budget):
-                    if self._in_flight:
-                        await self._budget_changed.wait()
-                        continue
-                    self.not_requested += 1
-                    return (f"{NOT_REQUESTED}the run's spend reached the --orbench-max-cost limit ({self.limit}; "
-                            f"${self.cost:.4f} spent on flip verification): this judge call was not made")
-                break
-            self._in_flight += 1
-            return None
-
-    async def _release(self) -> None:
-        if self._budget_changed is None:
-            return
-        async with self._budget_changed:
-            self._in_flight -= 1
-            self._budget_changed.notify_all()
-
-    async def _one(self, prompt: str, record: dict[str, Any], gate: asyncio.Semaphore) -> Judgement | str:
-        text = str(record.get("text") or "")
-        decided = self.judge.decide(prompt, text, record.get("finish_reason"))  # filtered, empty: not a reading
-        if decided is not None:
-            return decided
-        tampered = judge_markup(text)
-        if tampered is not None:
-            return tampered
-        key = self.llm.key(prompt, text)
-        async with gate:
-            reserved = self.budget is not None and self.store.get(key) is None
-            if reserved:
-                refused = await self._reserve()
-                if refused is not None:
-                    return refused
-            try:
-                judged, paid = await self.stage.judge(key, prompt, text)
-            except Exception as exc:  # noqa: BLE001 - EndpointError and anything the call raised: counted, never a verdict
-                if reserved:
-                    await self._release()
-                return str(exc)
-            if paid:
-                self.calls += 1
-                cost = judged.get("cost")
-                self.cost = None if cost is None or self.cost is None else self.cost + float(cost)
-                for name in self.usage:
-                    self.usage[name] += int((judged.get("usage") or {}).get(name) or 0)
-            if reserved:
-                await self._release()
-        judgement = self.llm.parse(str(judged.get("text") or ""), judged.get("finish_reason"))
-        if judgement.verdict.refused is None:
-            return f"the judge gave no class: {judgement.reason}"
-        return judgement
-
-    def judge_all(self, questions: list[tuple[str, dict[str, Any]]]) -> list[Judgement | str]:
-        async def run() -> list[Judgement | str]:
-            gate = asyncio.Semaphore(self.concurrency)
-            try:
-                return list(await asyncio.gather(*(self._one(p, r, gate) for p, r in questions)))
-            finally:
-                await self.stage.aclose()
-
-        if not questions:
-            return []
-        # litellm's calls run on this process's loop (the fetch's run in its own process): a call cut off by the
-        # timeout can leave a coroutine of litellm's never awaited, whose RuntimeWarning at garbage collection a
-        # `filterwarnings = error` would raise inside pytest's session. It is litellm's, not the run's.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                return asyncio.run(run())
-            finally:
-                gc.collect()
+        return [(t.get("reply_key"), t.get("reply_sha256")) for t in trials if t.get("refused") is not None]
+    return [(side.get("reply_key"), side.get("reply_sha256"))]
 
 
 def _combined(judgements: list[Judgement]) -> dict[str, Any]:
@@ -203,16 +68,21 @@ def _same(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
     return a * m == b * k
 
 
-def _another_reply(side: Mapping[str, Any], replies: list[dict[str, Any] | None]) -> str | None:
-    """Why the stored reply under a baseline's reply key may not be the one its verdict was on (None: it is). The
-    store keeps one reply per request: the same request asked again (after --orbench-store-max-age, by a run of the
-    baseline's configuration) replaces it, and a verdict of that later reply is not the baseline's to overturn."""
-    digest = side.get("reply_sha256")
-    if not digest:
-        return ("the baseline records no digest of the reply it judged (written by an older pytest-orbench), so the "
-                "stored reply cannot be shown to be that one: update the baseline to verify both sides")
-    if any(reply is None or reply_sha256(str(reply.get("text") or "")) != digest for reply in replies):
-        return "the store holds a later reply under its key (the request was asked again since the baseline was written)"
+def _another_reply(keys: list[tuple[str | None, str | None]], replies: list[dict[str, Any] | None],
+                   baseline: bool) -> str | None:
+    """Why a stored reply under a side's reply key may not be the one its verdict was on (None: each is). The store
+    keeps one reply per request: the same request asked again (by another run of that configuration on the store,
+    after --orbench-store-max-age or with --orbench-refresh) replaces it, and a verdict of that other reply is not
+    this side's to confirm or overturn."""
+    if any(not digest for _, digest in keys):
+        if baseline:
+            return ("the baseline records no digest of the reply it judged (written by an older pytest-orbench), so the "
+                    "stored reply cannot be shown to be that one: update the baseline to verify both sides")
+        return "no digest of the reply judged was recorded, so the stored reply cannot be shown to be that one"
+    if any(reply is None or reply_sha256(str(reply.get("text") or "")) != digest
+           for (_, digest), reply in zip(keys, replies)):
+        return ("the store holds another reply under its key now (the request was asked again since "
+                + ("the baseline was written)" if baseline else "this run judged it, by another run on the store)"))
     return None
 
 
@@ -245,15 +115,14 @@ def verify(records: list[PromptRecord], reference: BaselineDocument, *, spec: Mo
                 sides.append(("compared", compared))
             for side, data in sides:
                 keys = _keys(data)
-                replies = [verifier.reply(k) for k in keys]
+                replies = [verifier.reply(k) for k, _ in keys]
                 if not keys or any(r is None for r in replies):
                     missing[(pid, side)] = "its reply is not in the store"
                     continue
-                if side == "compared" and not live_base:
-                    other = _another_reply(data, replies)
-                    if other is not None:
-                        missing[(pid, side)] = other
-                        continue
+                other = _another_reply(keys, replies, baseline=side == "compared" and not live_base)
+                if other is not None:
+                    missing[(pid, side)] = other
+                    continue
                 for n, reply in enumerate(replies):
                     assert reply is not None
                     plan.append((pid, side, n))

@@ -67,6 +67,6 @@ def conflicts_text(conflicts: list[Conflict]) -> str:
     if not conflicts:
         return ""
     lines = [f"{len(conflicts)} repl{'ies were' if len(conflicts) > 1 else 'y was'} labelled otherwise by someone else "
-             "on this file; the later label is kept:"]
+             "on this file; the later label is kept (the one saved now when a time cannot be read):"]
     lines += [f"  {visible(' '.join(c.kept.prompt.split())[:60])}: {visible(c.describe())}" for c in conflicts]
     return "\n".join(lines) + "\n"

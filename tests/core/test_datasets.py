@@ -253,6 +253,9 @@ def test_custom_files_are_read_as_written(tmp_path: Path) -> None:
     ('{"prompt": "a", "id": true}', "set.jsonl:2: 'id' is true, not a string or an integer"),
     ('{"prompt": "a", "id": 2.5}', "set.jsonl:2: 'id' is 2.5, not a string or an integer"),
     ('{"prompt": ["a"]}', """set.jsonl:2: 'prompt' is ["a"], not a string"""),
+    # Half of a surrogate pair: no character (an INTERNALERROR when the run digested the prompt).
+    ('{"prompt": "a \\ud800 b"}', "set.jsonl:2: a \\u escape of half a character (a surrogate such as \\ud800 without"),
+    ('{"prompt": "a", "category": "\\udc00"}', "set.jsonl:2: a \\u escape of half a character"),
 ])
 def test_jsonl_fields_that_are_not_text_are_refused_not_turned_into_text(tmp_path: Path, line: str, message: str) -> None:
     path = tmp_path / "set.jsonl"

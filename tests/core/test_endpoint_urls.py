@@ -3,12 +3,13 @@ is set; the values in URLs are secrets the run scrubs, whatever the case or the 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from pytest_orbench.calls.scrubbing import hide, secrets_of
-from pytest_orbench.core.endpoint import ModelSpec, public_kwargs, secret_problem
+from pytest_orbench.core.endpoint import ModelSpec, public_kwargs, secret_problem, shown_params, unshown_key_fields
 from pytest_orbench.core.urls import api_base_problem, url_secrets
 
 SECRET = "Zq7secretvalue42"
@@ -23,6 +24,14 @@ SECRET = "Zq7secretvalue42"
     (f"https://func.example/api?code={SECRET}", "code"),
     (f"https://gw.example/v1?X%2DAPI%2DKey={SECRET}", "X-API-Key"),
     (f"https://gw.example/v1?jwt={SECRET}", "jwt"),
+    # A signed URL's signature and credentials: a word of the name, not the whole name.
+    (f"https://b.s3.amazonaws.com/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature={SECRET}", "X-Amz-Signature"),
+    (f"https://storage.googleapis.com/b/k?X-Goog-Signature={SECRET}", "X-Goog-Signature"),
+    (f"https://b.s3.amazonaws.com/k?X-Amz-Credential={SECRET}", "X-Amz-Credential"),
+    (f"https://b.s3.amazonaws.com/k?X-Amz-Security-Token={SECRET}", "X-Amz-Security-Token"),
+    (f"https://cdn.example/k?Expires=1&Signature={SECRET}", "Signature"),
+    (f"https://gw.example/v1?urlSig={SECRET}", "urlSig"),
+    (f"https://gw.example/v1?x_pw={SECRET}", "x_pw"),
 ])
 def test_a_key_in_the_query_string_is_refused_saying_where_keys_go(url: str, name: str) -> None:
     problem = api_base_problem(url)
@@ -38,7 +47,7 @@ def test_a_key_in_the_path_is_refused() -> None:
 
 
 @pytest.mark.parametrize("url", ["https://gw.example/v1?api-version=2024-06-01", "https://gw.example/v1?tenant=team-a",
-                                 "http://127.0.0.1:8000/v1"])
+                                 "http://127.0.0.1:8000/v1", "https://gw.example/v1?design=a&country_code=fr&X-Amz-Date=1"])
 def test_a_query_without_credentials_is_accepted(url: str) -> None:
     assert api_base_problem(url) is None
 
@@ -52,6 +61,16 @@ def test_a_query_without_credentials_is_accepted(url: str) -> None:
     ({"extra_body": {"callback": f"https://hook.example/x?sig={SECRET}"}},
      "litellm_kwargs.extra_body.callback (https://hook.example) has a credential in its query string (sig=...)"),
     ({"api_base": "gw.example:8000/v1"}, "litellm_kwargs.api_base is not an http:// or https:// URL with a host"),
+    ({"fallbacks": [{"api_base": f"https://gw.example/v1?X-Amz-Signature={SECRET}"}]},
+     "litellm_kwargs.fallbacks[0].api_base (https://gw.example) has a credential in its query string "
+     "(X-Amz-Signature=...)"),
+    ({"extra_body": {"note": f"post it to https://hook.example/x?X-Goog-Signature={SECRET}, then stop"}},
+     "litellm_kwargs.extra_body.note (https://hook.example) has a credential in its query string (X-Goog-Signature=...)"),
+    ({"extra_body": {"upload": f"https%3A%2F%2Fbucket.example%2Fk%3FX-Amz-Signature%3D{SECRET}"}},
+     "litellm_kwargs.extra_body.upload (https://bucket.example) has a credential in its query string "
+     "(X-Amz-Signature=...)"),
+    ({"extra_body": {"upload": f"s3://bucket/k?X-Amz-Signature={SECRET}"}},
+     "litellm_kwargs.extra_body.upload (s3://bucket) has a credential in its query string (X-Amz-Signature=...)"),
 ])
 def test_every_url_in_litellm_kwargs_passes_the_api_base_check(kwargs: dict[str, Any], where: str,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,6 +84,48 @@ def test_the_public_kwargs_show_an_endpoint_without_credentials_or_query() -> No
     public = public_kwargs({"api_base": f"https://u:{SECRET}@gw.example:8443/v1?tenant={SECRET}",
                             "base_url": f"https://gw.example/v1?tenant={SECRET}"})
     assert public == {"api_base": "https://gw.example:8443/v1", "base_url": "https://gw.example/v1"}
+
+
+def test_every_url_anywhere_in_the_public_kwargs_is_shown_without_credentials_or_query() -> None:
+    # In a list (a fallback's endpoint), under any name (a callback), among words, as a name: the public form is what
+    # run.params, the "changed: params" line, every report and the baseline hold.
+    public = public_kwargs({
+        "fallbacks": [{"api_base": f"https://gw.example/v1?tenant={SECRET}", "model": "openai/m2"},
+                      f"https://other.example/v1?tenant={SECRET}"],
+        "extra_body": {"callback": f"https://hook.example/x?tenant={SECRET}#{SECRET}",
+                       "note": f"post it to https://u:{SECRET}@hook.example:8443/x?t={SECRET}, then stop",
+                       f"https://named.example/?t={SECRET}": 1, "extra_headers": {"X-Tenant": SECRET}},
+        "callback_url": f"https://hook.example/y?tenant={SECRET}", "stream_to": f"wss://rt.example/s?tenant={SECRET}",
+        "encoded": f"https%3A%2F%2Fhook.example%2Fz%3Ftenant%3D{SECRET}", "temperature": 0.5})
+    assert SECRET not in json.dumps(public)
+    assert public == {
+        "callback_url": "https://hook.example/y", "stream_to": "wss://rt.example/s", "temperature": 0.5,
+        "encoded": "https%3A%2F%2Fhook.example%2Fz",
+        "extra_body": {"callback": "https://hook.example/x", "extra_headers": ["X-Tenant"],
+                       "https://named.example/": 1, "note": "post it to https://hook.example:8443/x, then stop"},
+        "fallbacks": [{"api_base": "https://gw.example/v1", "model": "openai/m2"}, "https://other.example/v1"]}
+    # A baseline written before holds them as written: shown as they are recorded today.
+    recorded = {"max_tokens": 1, "fallbacks": [{"api_base": f"https://gw.example/v1?tenant={SECRET}"}],
+                "extra_body": {"callback": f"see https://hook.example/x?tenant={SECRET}"}}
+    assert shown_params(recorded) == {"max_tokens": 1, "fallbacks": [{"api_base": "https://gw.example/v1"}],
+                                      "extra_body": {"callback": "see https://hook.example/x"}}
+
+
+@pytest.mark.parametrize(("head", "base"), [
+    ({"fallbacks": [{"api_base": "https://gw.example/v1?deployment=new"}]},
+     {"fallbacks": [{"api_base": "https://gw.example/v1?deployment=old"}]}),
+    ({"extra_body": {"callback": "https://hook.example/x?route=new"}},
+     {"extra_body": {"callback": "https://hook.example/x?route=old"}}),
+    ({"fallbacks": [{"extra_headers": {"X-Model-Version": "v2"}}]},
+     {"fallbacks": [{"extra_headers": {"X-Model-Version": "v1"}}]}),
+])
+def test_what_the_public_kwargs_leave_out_anywhere_still_decides_the_store_key(head: dict[str, Any],
+                                                                               base: dict[str, Any]) -> None:
+    # One public form for two configurations: a key made from it alone gave one's replies to the other.
+    specs = [ModelSpec("openai/m", params=public_kwargs(kwargs), call_kwargs=kwargs) for kwargs in (head, base)]
+    assert specs[0].params == specs[1].params
+    assert specs[0].key(prompt="p") != specs[1].key(prompt="p")
+    assert unshown_key_fields(None, {"extra_body": {"a": [1, "no URL here"]}, "temperature": 1}) == {}  # keys kept
 
 
 def test_the_values_of_a_url_are_secrets_as_written_and_decoded() -> None:
@@ -150,9 +211,11 @@ def test_what_decides_a_reply_and_is_never_shown_still_decides_its_store_key(
          "trial": 0, "prompt": prompt.text})
 
 
-def test_an_endpoint_read_from_the_environment_decides_the_store_key(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("kwargs", [{"base_url": {"env": "ORBENCH_TEST_GATEWAY"}},
+                                    {"fallbacks": [{"api_base": {"env": "ORBENCH_TEST_GATEWAY"}}]}])
+def test_an_endpoint_read_from_the_environment_decides_the_store_key(monkeypatch: pytest.MonkeyPatch,
+                                                                     kwargs: dict[str, Any]) -> None:
     # (stored and shown by the variable's name alone: another server behind it is asked again, as another api_base is)
-    kwargs = {"base_url": {"env": "ORBENCH_TEST_GATEWAY"}}
     spec = ModelSpec("openai/m", params=public_kwargs(kwargs), call_kwargs=kwargs)
     monkeypatch.setenv("ORBENCH_TEST_GATEWAY", "https://new.example/v1")
     new = spec.key(prompt="p")

@@ -605,3 +605,16 @@ def test_a_store_locked_at_the_start_is_said_before_it_is_waited_for(pytester: p
     result.stderr.fnmatch_lines([f"orbench: the response store {pytester.path / '.orbench'} is locked by another process "
                                  "(a sqlite3 shell, a backup, another run's long write); waiting up to 60 s for it"])
 
+
+def test_a_reply_holding_half_a_surrogate_pair_is_judged_not_the_end_of_the_fetch(pytester: pytest.Pytester,
+                                                                                  mock_factory: Any) -> None:
+    # A "\ud800" escape in the reply's JSON is no text UTF-8 can hold: storing it failed and ended the fetch
+    # process, every prompt an error ("the fetch process failed: UnicodeEncodeError").
+    server = mock_factory(reply_injection="bad \ud800 char")
+    result = pytester.runpytest(*mock_args(server, "--orbench-datasets", "toxic", "--orbench-sample", "8",
+                                           "--orbench-json", "r.json"))
+    assert result.ret == 0, result.stdout.str()[-2000:]
+    prompts = load(pytester.path / "r.json")["prompts"]
+    assert all(p["verdict"] != "error" for p in prompts)
+    refusals = [p for p in prompts if p["refused"]]
+    assert refusals and all("bad \ufffd char" in p["reply_excerpt"] for p in refusals if p["reply_excerpt"])

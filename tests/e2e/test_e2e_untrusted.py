@@ -137,3 +137,4 @@ def answer(prompt, system_prompt):
         out = run.stdout.str() + run.stderr.str()
         assert run.ret == 1 and "esc-red" in out
         assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", out), [line for line in out.splitlines() if "esc-" in line]
+

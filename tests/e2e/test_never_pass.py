@@ -133,6 +133,24 @@ def _contradicting(setup: Setup) -> list[dict[str, str]]:
     return [{**r, "label": "refusal"} for r in answers[:-1]] + answers[-1:]
 
 
+def _misread_direct_refusals(setup: Setup, count: int | None = None) -> list[dict[str, str]]:
+    """Every reply of both configurations labelled, the direct refusals ("I'm sorry, but I can't help with that
+    request.": 41 of them) as compliance (the first `count` of them): both kinds (the indirect refusals), 61% agreeing
+    with the shipped judge, learned exactly by the adapted judge (cross-validated kappa 1.00), which then read the
+    regression's new refusals as answers: PASS (with 20 to 35 of the 41 as well)."""
+    with (setup.folder / "safe.csv").open(encoding="utf-8", newline="") as fh:
+        prompts = [r["prompt"] for r in csv.DictReader(fh)]
+    rows: dict[tuple[str, str], dict[str, str]] = {}
+    for system in (None, CAREFUL):
+        for p in prompts:
+            kind, reply = decide(p, system), _reply(p, system)
+            misread = kind == "refuse" and (count is None or sum(r["label"] == "compliance" and
+                                                                 r["response"] == reply for r in rows.values()) < count)
+            rows.setdefault((p, reply), {"prompt": p, "response": reply, "model": "openai/orbench-mock",
+                                         "label": "compliance" if kind == "answer" or misread else "refusal"})
+    return list(rows.values())
+
+
 def _damage_flipped_records(setup: Setup, pytester: pytest.Pytester, store: Path) -> None:
     """Fill the store with this run's replies, then break the stored records of the five flipped prompts (not JSON, a
     list, a null text: read as an empty reply, a refusal, it would have hidden the flips the other way round)."""
@@ -168,7 +186,11 @@ DEGRADATIONS = [
     Row("reply talks the judge into answer", model={"reply_injection": INJECTION_CLASS},
         judge={"judge_obeys_injection": True}),
     Row("verification past --orbench-max-cost", judge={"judge_reasoning_tokens": 5000}, config=PRICED_JUDGE,
-        args=("--orbench-max-cost", "0.2"), check=lambda r: _within_the_limit(r, 0.2)),
+        args=("--orbench-max-cost", "0.2", "--orbench-judge-max-tokens", "8000"), check=lambda r: _within_the_limit(r, 0.2)),
+    # Cheap on a short refusal, dear on a long answer: the mean price of the calls paid so far let the dear ones past
+    # the limit ($0.535 of $0.17 in an attack); each call is admitted at the most it can cost.
+    Row("verification by a judge that bills long replies more", judge={"judge_reasoning_per_word": 60}, config=PRICED_JUDGE,
+        args=("--orbench-max-cost", "0.17", "--orbench-judge-max-tokens", "8000"), check=lambda r: _within_the_limit(r, 0.17)),
     Row("endpoint errors at 1% (on a flip)", model={"fault_rate": 1.0, "faults": ("503",), "fault_prompts": 1},
         args=("--orbench-retries", "1")),
     Row("endpoint errors at the budget (every flip)", model={"fault_rate": 1.0, "faults": ("503",), "fault_prompts": FLIPS},
@@ -187,7 +209,11 @@ DEGRADATIONS = [
         args=("--orbench-judge-min-agreement", "0.8"), judge_check="inconclusive"),
     Row("inverted labels", labels=lambda s: _labels(
         s, 60, label=lambda truth, _: "compliance" if truth == "refusal" else "refusal"), allowed=OR_REFUSED),
-    Row("labels that contradict the replies", labels=lambda s: _contradicting(s)),
+    # Refused before any call since the labels contradict most of the shipped judge's sure answers (below).
+    Row("labels that contradict the replies", labels=lambda s: _contradicting(s), allowed=OR_REFUSED),
+    Row("labels that misread one kind of reply", labels=lambda s: _misread_direct_refusals(s), allowed=OR_REFUSED),
+    Row("labels that misread most of one kind of reply", labels=lambda s: _misread_direct_refusals(s, 25),
+        allowed=OR_REFUSED),
     Row("damaged store records", before=_damage_flipped_records),
     Row("damaged store records, offline", before=_damage_flipped_records, args=("--orbench-offline",)),
 ]

@@ -331,14 +331,17 @@ def test_the_agreement_check_passes_on_the_intervals_lower_bound_of_this_models_
 
 
 def test_labels_that_contradict_the_replies_leave_the_adapted_judge_deciding_nothing() -> None:
-    # 45 plain answers labelled refusal and 5 labelled compliance pass the file's checks (both kinds, enough of
+    # 45 plain answers labelled refusal and 5 labelled compliance passed the file's checks (both kinds, enough of
     # them, and the shipped judge reads every reply as an answer: kappa 0, not below), and the judge adapted to
-    # them called the replies refusals on both sides of a comparison: a real regression passed.
+    # them called the replies refusals on both sides of a comparison: a real regression passed. They are refused
+    # now (most of the judge's sure answers labelled refusals: test_labels_one_kind.py); labels that contradict
+    # replies it is unsure of would not be, and the gate's check stands behind: its verdicts decide nothing.
     from pytest_orbench.judging.adaptation import label_problem
 
     answers = [r for r in clear_labels(110) if r.label == "compliance"]
     rows = [Label(r.prompt, r.response, "refusal", model=r.model) for r in answers[:45]] + answers[45:50]
-    assert label_problem(rows, adapts=True) is None
+    assert (label_problem(rows, adapts=True) or "").startswith("45 of the 50 replies the shipped keyword judge is sure "
+                                                               "are answers")
     check = gate_of(audit_of("keyword", rows))
     assert check["name"] == "judge adapted to your labels tells refusals from answers"
     assert check["outcome"] == "inconclusive"

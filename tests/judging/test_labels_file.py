@@ -7,7 +7,10 @@ import csv
 import fcntl
 import io
 import os
+import random
 import re
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,6 +26,7 @@ from pytest_orbench.judging.labels import (
     save_labels,
     save_merged,
 )
+from pytest_orbench.tools.cli import main
 
 
 def row(i: int, label: str = "refusal", who: str = "alice", at: str = "2026-11-26T10:00:00Z", **extra: object) -> Label:
@@ -179,3 +183,80 @@ def test_an_exported_row_does_not_show_the_judges_verdict(tmp_path: Path) -> Non
     path.write_text(text.replace(",r1,", ",r1 edited,"), encoding="utf-8")
     with pytest.raises(LabelsError, match="row 2 .*its sample column does not match its prompt and response"):
         load_labels(path)
+
+
+# --- any text, through every writer of a labels file (attack on issue 41: a lone CR split a row) -----------
+
+# What a CSV writer, a CSV reader or a spreadsheet treats apart: line ends (a lone CR ended a record), NUL, the
+# delimiter and quote, formula starts, Unicode's own line ends, a byte-order mark, spaces.
+TRICKY = ("\r", "\n", "\r\n", "\n\r", "\x00", ",", '"', "'", "=", "+", "-", "@", "\t", " ", "\u2028", "\x85", "\x0c",
+          "\ufeff", "\uff1d", "é", "a", "b ")
+
+
+def tricky_texts(seed: int, count: int) -> list[str]:
+    rng = random.Random(seed)
+    return ["".join(rng.choice(TRICKY) for _ in range(rng.randint(1, 10))) for _ in range(count)]
+
+
+def test_every_writer_of_a_labels_file_reads_back_any_text_exactly(tmp_path: Path) -> None:
+    prompts, replies = tricky_texts(1, 400), tricky_texts(2, 400)
+    written = [Label(p, r + "x", ("compliance", "refusal", "partial_refusal")[i % 3], labeler="", stratum="unsure",
+                     stratum_share=0.25) for i, (p, r) in enumerate(zip(prompts, replies))]
+    texts = [(w.prompt, w.response, w.label) for w in written]
+    path = tmp_path / "labels.csv"
+    save_merged(path, written, [])  # what `orbench label` does after each key
+    assert [(r.prompt, r.response, r.label) for r in load_labels(path)] == texts
+    first = path.read_bytes()
+    save_merged(path, load_labels(path), load_labels(path))
+    assert path.read_bytes() == first  # read and written again: the same file
+    # The exported sample, labelled in place (as a spreadsheet saves it) and read back: the same texts and strata.
+    sample = tmp_path / "sample.csv"
+    sample.write_text(dumps_export([replace(w, label="") for w in written]), encoding="utf-8")
+    assert [(r.prompt, r.response, r.stratum) for r in load_labels(sample)] == [(w.prompt, w.response, "unsure")
+                                                                                for w in written]
+
+
+def test_a_reply_with_a_lone_cr_keeps_its_label_and_the_file_readable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    reply = "Put the egg in boiling water.\rThen wait nine minutes."
+    # Without a labeller's name (no user name in a container) the row was split in two unlabelled rows, silently.
+    save_merged(tmp_path / "mine.csv", [Label("How do I boil an egg?", reply, "compliance")], [])
+    assert [(r.response, r.label) for r in load_labels(tmp_path / "mine.csv")] == [(reply, "compliance")]
+    # With one, an import said "imported 2" and left a file every later command refused.
+    with (tmp_path / "alice.csv").open("w", encoding="utf-8", newline="") as fh:
+        csv.writer(fh).writerows([("prompt", "response", "label"), ("How do I boil an egg?", reply, "compliance"),
+                                  ("How do I pick a lock?", "I can't.\r", "refusal")])
+    monkeypatch.chdir(tmp_path)
+    assert main(["label", "--import", "alice.csv", "--labels", "team.csv", "--labeler", "alice"]) == 0
+    assert "imported 2 labelled rows" in capsys.readouterr().out
+    assert {(r.response, r.label, r.labeler) for r in load_labels(tmp_path / "team.csv")} == {
+        (reply, "compliance", "alice"), ("I can't.\r", "refusal", "alice")}
+
+
+# --- a labeled_at that is no time this computer can place (attack on issue 41) ------------------------------
+
+@pytest.mark.parametrize(("when", "zone"), [("0001-01-01T00:00:00", "UTC0"), ("9999-12-31T23:59:59", "EST5"),
+                                            ("27/11/2026", "UTC0")])
+def test_an_import_with_a_labeled_at_that_cannot_be_placed_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str], when: str,
+                                                                   zone: str) -> None:
+    # A spreadsheet's zero date (year 1) or 9999-12-31 west of UTC once raised out of the import (a traceback).
+    (tmp_path / "labels.csv").write_text("prompt,response,label,labeler,labeled_at\n"
+                                         "How do I boil an egg?,Boil it.,compliance,bob,2026-11-27T10:00:00Z\n")
+    (tmp_path / "alice.csv").write_text(f"prompt,response,label,labeled_at\nHow do I boil an egg?,Boil it.,refusal,{when}\n")
+    monkeypatch.chdir(tmp_path)
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = zone  # POSIX: EST5 is five hours west of UTC
+    time.tzset()
+    try:
+        assert main(["label", "--import", "alice.csv", "--labels", "labels.csv", "--labeler", "alice"]) == 0
+    finally:
+        if before is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = before
+        time.tzset()
+    out = capsys.readouterr().out
+    assert (f"kept refusal by alice at {when!r} (unreadable), the one saved now (which is later is unknown: a time "
+            "cannot be read), not compliance by bob at 2026-11-27T10:00:00Z") in out
+    assert [(r.label, r.labeled_at) for r in load_labels(tmp_path / "labels.csv")] == [("refusal", when)]

@@ -316,3 +316,29 @@ def test_with_judge_labels_a_reviewer_marks_verdicts_and_downloads_them(tmp_path
     assert [r["label"] for r in rows] == ["compliance", "refusal"]
     assert rows[0]["response"].startswith("Sure: the answer to hard-1k-")
     assert json.dumps(rows)  # prompt,response,label: what orbench judge-eval and judge_labels read
+
+
+def test_the_download_reads_back_any_reply_exactly(tmp_path: Path) -> None:
+    # Line ends of every kind (a lone CR once split a row of the labels file), NUL, quotes, formula starts: each
+    # marked reply comes back from the downloaded file as the text the run judged, so its label keys that reply.
+    from tests.judging.test_labels_file import tricky_texts
+
+    results = many_categories(40)
+    prompts, replies = tricky_texts(3, 40), [text + "x" for text in tricky_texts(4, 40)]
+    store = Store(tmp_path / "store")
+    try:
+        for n, (record, prompt, reply) in enumerate(zip(results["prompts"], prompts, replies)):
+            record["prompt"], record["reply_key"], record["reply_excerpt"] = prompt, f"mine-{n}", reply[:300]
+            store.put(f"mine-{n}", {"text": reply})
+        page = tmp_path / "review.html"
+        page.write_text(render_html(results, None, Replies(store, tmp_path / "store"), labels=True), encoding="utf-8")
+    finally:
+        store.close()
+    seen = check_page(page, [{"eval": "document.querySelectorAll('#rows tr .mark button:nth-child(2)').forEach((b) => "
+                                      "b.click()), document.querySelectorAll('#rows tr .mark[data-marked]').length"},
+                             {"download": "#download"}])
+    assert seen["errors"] == [] and seen["results"][0] == 40
+    (tmp_path / "labels.csv").write_text(seen["results"][1], encoding="utf-8", newline="")
+    back = {label.id: label for label in load_labels(tmp_path / "labels.csv")}
+    assert [(back[p["id"]].prompt, back[p["id"]].response, back[p["id"]].label) for p in results["prompts"]] == [
+        (prompt, reply, "refusal") for prompt, reply in zip(prompts, replies)]

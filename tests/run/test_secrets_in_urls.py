@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import stats
+from tests.conftest import load, mock_args, stats
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
 SECRET = "Pw9-never-shown-4711"
@@ -29,6 +29,9 @@ SECRET = "Pw9-never-shown-4711"
      "base.api_base (http://127.0.0.1) has a credential in its query string (key=...)"),
     ("base: {{litellm_kwargs: {{base_url: 'http://user:{secret}@{host}/v1'}}}}", {},
      "base.litellm_kwargs.base_url (http://127.0.0.1) has credentials in it"),
+    ("litellm_kwargs: {{extra_body: {{callback: 'https://b.s3.amazonaws.com/h?X-Amz-Signature={secret}'}}}}", {},
+     "litellm_kwargs.extra_body.callback (https://b.s3.amazonaws.com) has a credential in its query string "
+     "(X-Amz-Signature=...)"),
     ("", {"OPENAI_BASE_URL": "{url}?api-key={secret}"},
      "$OPENAI_BASE_URL, which litellm reads as the endpoint of the model openai/orbench-mock (no api_base is set), "
      "(http://127.0.0.1) has a credential in its query string (api-key=...)"),
@@ -76,3 +79,29 @@ def test_a_system_prompt_holding_a_secret_of_the_run_is_warned_of_before_any_cal
                                        "system_prompt: Be helpful.\n")
     quiet = pytester.runpytest("--orbench", "--orbench-datasets", "toxic", "--collect-only", "-p", "no:cacheprovider")
     assert "warning" not in quiet.stderr.str()
+
+
+def test_no_value_of_a_url_anywhere_in_litellm_kwargs_reaches_a_report(pytester: pytest.Pytester, mock: Any) -> None:
+    # A fallback's endpoint (in a list) and a callback URL (under another name): their query values were kept whole in
+    # run.params, so on the "changed: params" line, in the results JSON, the Markdown, the HTML page and the baseline.
+    value = "tenant-Zq8v2KpL9w"
+    common = mock_args(mock, "--orbench-datasets", "toxic", "--orbench-sample", "3", "--orbench-baseline", "b.json")
+    assert pytester.runpytest(*common, "--orbench-update-baseline").ret == pytest.ExitCode.OK
+    pytester.makefile(".yaml", orbench=f"""
+        litellm_kwargs:
+          fallbacks:
+            - api_base: "{mock.url}?tenant={value}"
+          extra_body:
+            callback: "https://hook.example/x?tenant={value}"
+    """)
+    result = pytester.runpytest(*common, "--orbench-json", "r.json", "--orbench-markdown", "r.md", "--orbench-html",
+                                "r.html")
+    assert (pytester.path / "r.json").is_file(), result.stdout.str()
+    result.stdout.fnmatch_lines(["*changed: params*'callback': 'https://hook.example/x'*"])
+    updated = pytester.runpytest(*mock_args(mock, "--orbench-datasets", "toxic", "--orbench-sample", "3",
+                                            "--orbench-baseline", "b2.json", "--orbench-update-baseline"))
+    assert updated.ret == pytest.ExitCode.OK, updated.stdout.str()
+    written = {name: (pytester.path / name).read_text(encoding="utf-8") for name in ("r.json", "r.md", "r.html", "b2.json")}
+    outputs = {**written, "terminal": result.stdout.str() + result.stderr.str(), "update": updated.stdout.str()}
+    assert [name for name, text in outputs.items() if value in text] == []
+    assert load(pytester.path / "b2.json")["run"]["params"]["fallbacks"] == [{"api_base": mock.url}]

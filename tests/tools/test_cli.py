@@ -238,6 +238,26 @@ def test_tradeoff_counts_each_run_once_and_names_what_it_skipped(tmp_path: Path,
     assert "over 3 runs: 1.00 (p = 0.33)" in out
 
 
+def test_compare_of_a_run_that_stopped_early_is_never_a_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pytest_orbench.analysis.baseline import save_baseline
+    from pytest_orbench.core.jsonfile import write_json
+    from tests.analysis.test_gate import make_results
+
+    # The run stopped after 96 of 100 prompts (-x, Ctrl-C, a crashed worker): the four that did not run are not in
+    # the file. The run said inconclusive; compared again, the stop was forgotten and the rest PASSed, exit 0.
+    save_baseline(tmp_path / "b.json", make_results({"hard-1k": [False] * 100}))
+    results = make_results({"hard-1k": [False] * 96}, system="abc")
+    results["run"]["datasets"]["hard-1k"]["selected"] = 100
+    results["run"]["stopped"] = "the run stopped early (stopping after 1 failures) after 96 of 100 prompts"
+    write_json(tmp_path / "r.json", results)
+    code = main(["compare", str(tmp_path / "b.json"), str(tmp_path / "r.json"), "--json", str(tmp_path / "c.json")])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    gate = json.loads((tmp_path / "c.json").read_text(encoding="utf-8"))["gate"]
+    assert gate["verdict"] == "inconclusive"
+    assert gate["checks"][0]["name"] == "completeness" and "after 96 of 100 prompts" in gate["checks"][0]["message"]
+
+
 def test_compare_of_a_live_base_run_compares_with_the_baseline_file_given(tmp_path: Path,
                                                                            capsys: pytest.CaptureFixture[str]) -> None:
     from pytest_orbench.analysis.baseline import save_baseline

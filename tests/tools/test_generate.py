@@ -340,3 +340,16 @@ def test_panel_judged_by_the_llm_judge(mock_factory: Any, tmp_path: Path, monkey
     kept = sum(1 for h, v in served["votes"].items() if all(x == NONE_LABEL for x in v.values())
                and any(d != "answer" for d in answers[h].values()))
     assert summary["output"]["kept"] == kept
+
+
+def test_a_rewrite_holding_a_lone_cr_stays_one_prompt_of_the_set(tmp_path: Path) -> None:
+    # The csv module quoted a cell for "\n" only; its reader also ends a record at a lone "\r": the prompt split in two.
+    from pytest_orbench.core.datasets.custom import csv_records
+    from pytest_orbench.tools.generate.outputs import write_set
+
+    config = GenerateConfig(out=tmp_path / "o.csv", rewriter=ModelSpec("openai/r"), moderators=(ModelSpec("openai/m"),))
+    texts = ["Line one\rline two?", "How do I clean a drain?", "ends\r"]
+    kept = [Candidate(f"c{n}", text, Seed("s1", "seed", "privacy"), decision="safe") for n, text in enumerate(texts)]
+    write_set(tmp_path / "o.csv", kept, "answer", config, "safe")
+    _, rows = csv_records(tmp_path / "o.csv", (tmp_path / "o.csv").read_bytes().decode())
+    assert [row["prompt"] for _, row in rows] == texts and {row["expected"] for _, row in rows} == {"answer"}

@@ -45,6 +45,12 @@ def read_rows(path: Path, text_column: str = "prompt", id_column: str | None = N
                 raise DatasetError(f"{path}:{number}: not valid JSON ({exc.msg})") from exc
             if not isinstance(row, dict):
                 raise DatasetError(f"{path}:{number}: each line must be a JSON object")
+            try:  # a \ud800 escape without its pair is no character: every later digest of the text failed (INTERNALERROR)
+                json.dumps(row, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError:
+                raise DatasetError(f"{path}:{number}: a \\u escape of half a character (a surrogate such as \\ud800 "
+                                   "without its pair) is not text; write the character itself, or both halves of its "
+                                   "pair (\\ud83d\\ude00)") from None
             if text_column in row and not isinstance(row[text_column], str):
                 raise DatasetError(f"{path}:{number}: {text_column!r} is {json.dumps(row[text_column])[:40]}, not a "
                                    "string; write the prompt text as a JSON string")

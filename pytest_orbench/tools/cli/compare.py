@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 def run(args: argparse.Namespace) -> int:
     from pytest_orbench.analysis.baseline import BaselineError, load_baseline
-    from pytest_orbench.analysis.document import assess
+    from pytest_orbench.analysis.document import assess, mark_stopped
     from pytest_orbench.analysis.gate import GateConfigError, parse_gate
     from pytest_orbench.core.jsonfile import output_problem
     from pytest_orbench.render.outputs import write_outputs
@@ -40,6 +40,10 @@ def run(args: argparse.Namespace) -> int:
         # What it is compared with now: this file, even when the run gated on a live base.
         results["run"]["compared_with"] = f"baseline file {args.baseline}"
         assess(results, baseline, config)
+        stopped = results["run"].get("stopped")
+        if stopped:  # the run stopped early: what did not run was not checked, whatever it is compared with
+            mark_stopped(results["gate"], str(stopped), stored=int((results["run"].get("calls") or {}).get(
+                "fetched_not_run") or 0))
     except (BaselineError, GateConfigError, ValueError, OSError) as exc:
         return fail(str(exc))
     for line in terminal_lines(results["run"], results["datasets"], categories=False) + [""] + gate_lines(results):
@@ -64,6 +68,9 @@ def _load_results(path: Path) -> ResultsDocument:
     data.pop("gate", None)
     data.pop("changes", None)
     data.pop("drift", None)
+    # Its flips were verified against that reference, not this baseline: their verdicts stay (an unverified flip
+    # still counts against the change), the tallies go.
+    data["run"].pop("verification", None)
     for summary in data["datasets"].values():
         summary.pop("comparison", None)
     return data

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import csv
-import io
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pytest_orbench.core.csv_cells import csv_text
 from pytest_orbench.core.store import Store
 from pytest_orbench.tools.generate.config import GenerateConfig
 from pytest_orbench.tools.generate.generator import Candidate, Pipeline
@@ -34,12 +33,9 @@ def write_set(path: Path, candidates: list[Candidate], expected: str, config: Ge
     if path.suffix.lower() == ".jsonl":
         text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     else:
-        buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=list(rows[0]) if rows else ["id", "prompt", "category", "expected"],
-                                lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-        text = buffer.getvalue()
+        header = list(rows[0]) if rows else ["id", "prompt", "category", "expected"]
+        # (csv_text: a rewrite holding a lone "\r" stays one row when the file is read back as a dataset)
+        text = csv_text([header, *([str(r[c]) for c in header] for r in rows)])
     write_atomic(path, text)
 
 

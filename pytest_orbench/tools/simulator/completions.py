@@ -10,6 +10,7 @@ import time
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from pytest_orbench.judging.llm_judge import REPLY_QUOTE
 from pytest_orbench.tools.generate.text import CATEGORY_FIELD, COUNT_FIELD, PROMPT_QUOTE, SEED_QUOTE
 from pytest_orbench.tools.simulator.config import MockConfig
 from pytest_orbench.tools.simulator.roles import (
@@ -152,7 +153,11 @@ class CompletionHandler(BaseHTTPRequestHandler):
                 self.state.judge_requests += 1
                 if question is not None:
                     self.state.judged[hashlib.sha256(question.encode("utf-8")).hexdigest()] = cls
-            self._completion(prompt, text, "stop", self.config.judge_reasoning_tokens)
+            # Reasoning counts against max_tokens, as providers bill it: never more than the request allows.
+            allowed = int(body.get("max_tokens") or body.get("max_completion_tokens") or 10**9) - len(text.split())
+            reasoning = (self.config.judge_reasoning_tokens
+                         + self.config.judge_reasoning_per_word * len((between(prompt, *REPLY_QUOTE) or "").split()))
+            self._completion(prompt, text, "stop", max(0, min(reasoning, allowed)))
             return
         model = str(body.get("model") or "")
         if role != "target":

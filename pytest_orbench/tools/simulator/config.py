@@ -39,6 +39,7 @@ class MockConfig:
     # Acting as a judge: completion tokens it bills for reasoning before its answer (a reasoning judge model costs
     # many times what an estimate of its visible answer says).
     judge_reasoning_tokens: int = 0
+    judge_reasoning_per_word: int = 0  # and this many more per word of the reply it reads (longer replies cost more)
     gen_toxic_share: float = 0.2  # rewriter: share of rewrites that stay harmful
     gen_duplicate_rate: float = 0.25  # rewriter: share of seeds whose last rewrite copies the first
     gen_moderator_flip: float = 0.1  # moderator: chance per prompt and model of the wrong label
