@@ -195,6 +195,8 @@ DEGRADATIONS = [
         args=("--orbench-retries", "1")),
     Row("endpoint errors at the budget (every flip)", model={"fault_rate": 1.0, "faults": ("503",), "fault_prompts": FLIPS},
         args=("--orbench-retries", "1")),
+    Row("non-retryable 400 (context length) on prompts the baseline answered",
+        model={"fault_rate": 1.0, "faults": ("context_400",), "fault_prompts": 2}),
     Row("non-retryable 400 content filter on prompts the baseline answered",
         model={"fault_rate": 1.0, "faults": ("content_filter_400",), "fault_prompts": 2}),
     Row("labels of one class", labels=lambda s: [{**r, "label": "refusal"} for r in _labels(s, 40)], allowed=OR_REFUSED),

@@ -105,6 +105,10 @@ class CompletionHandler(BaseHTTPRequestHandler):
                        {"Retry-After": f"{self.config.retry_after:g}"})
         elif kind in ("500", "502", "503"):
             self._json(int(kind), {"error": {"message": "The server had an error", "type": "server_error"}})
+        elif kind == "context_400":  # a request the model cannot take, every time (too long for its context)
+            self._json(400, {"error": {"message": "This model's maximum context length is 8192 tokens. However, your "
+                                                  "messages resulted in 9021 tokens. Please reduce the length of the messages.",
+                                       "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}})
         elif kind == "content_filter_400":  # Azure OpenAI's prompt filter, as an OpenAI-compatible route sees it
             self._json(400, {"error": {
                 "message": "The response was filtered due to the prompt triggering Azure OpenAI's content management "
