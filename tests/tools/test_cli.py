@@ -238,6 +238,32 @@ def test_tradeoff_counts_each_run_once_and_names_what_it_skipped(tmp_path: Path,
     assert "over 3 runs: 1.00 (p = 0.33)" in out
 
 
+def test_tradeoff_of_eight_runs_answers_with_the_exact_p_and_of_one_rate_says_why_not(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    # Issue 43: 8 runs hung `orbench tradeoff` (scipy walked (8!)^2 pairings, years). The timeout only bounds a hang.
+    def write(folder: Path, hard: list[float], toxic: list[float]) -> Path:
+        folder.mkdir()
+        for i, (x, y) in enumerate(zip(hard, toxic)):
+            document = {"datasets": {"hard-1k": {"rejection_rate": x}, "toxic": {"rejection_rate": y}}}
+            (folder / f"run{i}.json").write_text(json.dumps(document), encoding="utf-8")
+        return folder
+
+    def tradeoff(folder: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "pytest_orbench.tools.cli", "tradeoff", str(folder)],
+                              capture_output=True, text=True, timeout=120)
+
+    hard = [i / 10 for i in range(1, 9)]
+    # One adjacent pair swapped: 16 of the 8! orderings are as extreme (tests/core/test_stats.py).
+    cli = tradeoff(write(tmp_path / "eight", hard, [0.52, 0.51, *(0.5 + i / 100 for i in range(3, 9))]))
+    assert cli.returncode == 0, cli.stderr
+    assert f"over 8 runs: 0.98 (p = {16 / 40320:.2g})" in cli.stdout
+    cli = tradeoff(write(tmp_path / "flat", hard[:4], [0.5] * 4))
+    assert cli.returncode == 2 and "Spearman correlation is undefined: every point has the same second value (4 runs" in cli.stderr
+    assert "Traceback" not in cli.stderr
+
+
 def test_compare_of_a_live_base_run_compares_with_the_baseline_file_given(tmp_path: Path,
                                                                            capsys: pytest.CaptureFixture[str]) -> None:
     from pytest_orbench.analysis.baseline import save_baseline

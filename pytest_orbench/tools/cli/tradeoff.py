@@ -52,7 +52,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"{point.label[:40]:40} {100 * point.x:17.1f}% {100 * point.y:15.1f}%")
     if len(points) < 3:
         return fail(f"found {len(points)} runs with both hard-1k and toxic in {folder}; Spearman needs at least 3")
-    rho, p = spearman([pt.x for pt in points], [pt.y for pt in points])
+    try:
+        rho, p = spearman([pt.x for pt in points], [pt.y for pt in points])
+    except ValueError as exc:  # every run at one rate: no ranking to correlate
+        return fail(f"{exc} ({len(points)} runs in {folder}): add runs that differ, or --paper")
     print(f"Spearman correlation of over-refusal and toxic rejection over {len(points)} runs: {rho:.2f} (p = {p:.2g})")
     print("(the OR-Bench paper reports 0.89 over 32 models: safer models also over-refuse more)")
     return 0
