@@ -230,9 +230,14 @@ def test_tradeoff_counts_each_run_once_and_names_what_it_skipped(tmp_path: Path,
     run_file("b", 0.3, 0.7, "b")
     run_file("c", 0.4, 0.8, "c")
     (tmp_path / "broken.json").write_text("{", encoding="utf-8")  # once skipped without a word
+    # A rate that is no rate: once a TypeError traceback (a list), or a point at NaN ranked anywhere.
+    (tmp_path / "list.json").write_text('{"datasets": {"hard-1k": {"rejection_rate": 0.1}, "toxic": {"rejection_rate": [1]}}}')
+    (tmp_path / "nan.json").write_text('{"datasets": {"hard-1k": {"rejection_rate": NaN}, "toxic": {"rejection_rate": 0.5}}}')
     code = main(["tradeoff", str(tmp_path)])
     out, err = capsys.readouterr()
     assert code == 0
+    assert "list.json (toxic rejection rate '[1]' is not a number from 0 to 1)" in err
+    assert "nan.json (hard-1k rejection rate 'nan' is not a number from 0 to 1)" in err
     assert "a-results.json (the same run as a-baseline.json: counted once)" in err and "broken.json (not a JSON object" in err
     # Three points in a line: exact p 2/6 (once "p = 0" from the t approximation).
     assert "over 3 runs: 1.00 (p = 0.33)" in out
