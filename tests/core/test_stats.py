@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import math
+import random
+from fractions import Fraction
 
 import pytest
 
@@ -77,12 +80,59 @@ def test_detectable_increase_shrinks_with_n_and_grows_with_noise() -> None:
 def test_spearman_on_paper_points() -> None:
     rho, p = spearman([1, 2, 3, 4, 5], [2, 1, 4, 3, 5])
     assert rho == pytest.approx(0.8)
-    # Exact for few points: 16 of the 120 pairings have |rho| >= 0.8 (scipy's t approximation: 0.104).
+    # Exact for few points: 16 of the 120 orderings have |rho| >= 0.8 (scipy's t approximation: 0.104).
     assert p == pytest.approx(16 / 120)
-    # Three points in a line: once "p = 0"; two of the six pairings are as extreme.
+    # Three points in a line: once "p = 0"; two of the six orderings are as extreme.
     assert spearman([0.2, 0.3, 0.4], [0.6, 0.7, 0.8]) == (pytest.approx(1.0), pytest.approx(2 / 6))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least 3"):
         spearman([1, 2], [1, 2])
+    # Every run at the same rate: undefined, not "nan (p = nan)".
+    with pytest.raises(ValueError, match="undefined: every point has the same second value"):
+        spearman([0.1, 0.2, 0.3], [0.5, 0.5, 0.5])
+
+
+def _average_ranks(values: list[Fraction]) -> list[Fraction]:
+    return [Fraction(sum(1 for w in values if w < v) * 2 + sum(1 for w in values if w == v) + 1, 2) for v in values]
+
+
+def _brute_force_spearman(x: list[Fraction], y: list[Fraction]) -> tuple[Fraction, Fraction]:
+    """rho^2 with its sign (exact), and the share of the n! orderings of y whose |rho| is at least the observed."""
+    def signed_square(ys: tuple[Fraction, ...]) -> Fraction:
+        rx, ry = _average_ranks(x), _average_ranks(list(ys))
+        mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+        cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+        return (1 if cov >= 0 else -1) * cov * cov / (sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
+
+    observed = signed_square(tuple(y))
+    orderings = list(itertools.permutations(y))
+    return observed, Fraction(sum(1 for ys in orderings if abs(signed_square(ys)) >= abs(observed)), len(orderings))
+
+
+@pytest.mark.parametrize("n", [3, 4, 5, 6])
+def test_spearman_exact_p_is_the_brute_force_count_of_every_ordering(n: int) -> None:
+    # Issue 43: both samples handed to scipy's permutation_test walked (n!)^2 pairings (6 points: 569 s). Each
+    # draw, some with ties (average ranks), against a count over every ordering of the other sample, in fractions.
+    rng = random.Random(n)
+    for draw in range(6):
+        x = [Fraction(rng.randrange(n if draw % 2 else 2 * n)) for _ in range(n)]
+        y = [Fraction(rng.randrange(n if draw % 3 else 3 * n)) for _ in range(n)]
+        if len(set(x)) == 1 or len(set(y)) == 1:
+            continue
+        square, p = _brute_force_spearman(x, y)
+        rho, exact = spearman([float(v) for v in x], [float(v) for v in y])
+        assert (rho * abs(rho), exact) == (pytest.approx(float(square)), pytest.approx(float(p))), (x, y)
+
+
+def test_spearman_of_eight_points_is_exact_and_nine_approximated() -> None:
+    # 8 points: 8! = 40,320 orderings, enumerated (once (8!)^2, years). Points in a line: only the line and its
+    # reverse are as extreme; one pair swapped: 1 - rho = 6 * 2 / (8 * 63), and 2 * 8 orderings are as extreme
+    # (the line, or it with one adjacent pair swapped: 1 + 7 each way).
+    line = [float(i) for i in range(8)]
+    assert spearman(line, line) == (pytest.approx(1.0), pytest.approx(2 / math.factorial(8)))
+    swapped = [1.0, 0.0, *line[2:]]
+    assert spearman(line, swapped) == (pytest.approx(1 - 12 / 504), pytest.approx(16 / math.factorial(8)))
+    # 9 points: scipy's t approximation, which says 0 for a line.
+    assert spearman([*line, 8.0], [*line, 8.0])[1] == pytest.approx(0.0, abs=1e-12)
 
 
 def test_sign_flip_test_is_exact_mcnemar_with_one_trial() -> None:

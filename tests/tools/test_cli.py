@@ -230,9 +230,14 @@ def test_tradeoff_counts_each_run_once_and_names_what_it_skipped(tmp_path: Path,
     run_file("b", 0.3, 0.7, "b")
     run_file("c", 0.4, 0.8, "c")
     (tmp_path / "broken.json").write_text("{", encoding="utf-8")  # once skipped without a word
+    # A rate that is no rate: once a TypeError traceback (a list), or a point at NaN ranked anywhere.
+    (tmp_path / "list.json").write_text('{"datasets": {"hard-1k": {"rejection_rate": 0.1}, "toxic": {"rejection_rate": [1]}}}')
+    (tmp_path / "nan.json").write_text('{"datasets": {"hard-1k": {"rejection_rate": NaN}, "toxic": {"rejection_rate": 0.5}}}')
     code = main(["tradeoff", str(tmp_path)])
     out, err = capsys.readouterr()
     assert code == 0
+    assert "list.json (toxic rejection rate '[1]' is not a number from 0 to 1)" in err
+    assert "nan.json (hard-1k rejection rate 'nan' is not a number from 0 to 1)" in err
     assert "a-results.json (the same run as a-baseline.json: counted once)" in err and "broken.json (not a JSON object" in err
     # Three points in a line: exact p 2/6 (once "p = 0" from the t approximation).
     assert "over 3 runs: 1.00 (p = 0.33)" in out
@@ -256,6 +261,32 @@ def test_compare_of_a_run_that_stopped_early_is_never_a_pass(tmp_path: Path, cap
     gate = json.loads((tmp_path / "c.json").read_text(encoding="utf-8"))["gate"]
     assert gate["verdict"] == "inconclusive"
     assert gate["checks"][0]["name"] == "completeness" and "after 96 of 100 prompts" in gate["checks"][0]["message"]
+
+
+def test_tradeoff_of_eight_runs_answers_with_the_exact_p_and_of_one_rate_says_why_not(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    # Issue 43: 8 runs hung `orbench tradeoff` (scipy walked (8!)^2 pairings, years). The timeout only bounds a hang.
+    def write(folder: Path, hard: list[float], toxic: list[float]) -> Path:
+        folder.mkdir()
+        for i, (x, y) in enumerate(zip(hard, toxic)):
+            document = {"datasets": {"hard-1k": {"rejection_rate": x}, "toxic": {"rejection_rate": y}}}
+            (folder / f"run{i}.json").write_text(json.dumps(document), encoding="utf-8")
+        return folder
+
+    def tradeoff(folder: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "pytest_orbench.tools.cli", "tradeoff", str(folder)],
+                              capture_output=True, text=True, timeout=120)
+
+    hard = [i / 10 for i in range(1, 9)]
+    # One adjacent pair swapped: 16 of the 8! orderings are as extreme (tests/core/test_stats.py).
+    cli = tradeoff(write(tmp_path / "eight", hard, [0.52, 0.51, *(0.5 + i / 100 for i in range(3, 9))]))
+    assert cli.returncode == 0, cli.stderr
+    assert f"over 8 runs: 0.98 (p = {16 / 40320:.2g})" in cli.stdout
+    cli = tradeoff(write(tmp_path / "flat", hard[:4], [0.5] * 4))
+    assert cli.returncode == 2 and "Spearman correlation is undefined: every point has the same second value (4 runs" in cli.stderr
+    assert "Traceback" not in cli.stderr
 
 
 def test_compare_of_a_live_base_run_compares_with_the_baseline_file_given(tmp_path: Path,
