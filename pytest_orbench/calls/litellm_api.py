@@ -185,11 +185,12 @@ class LiteLLMCaller:
                 ll.acompletion(model=spec.model, messages=messages, timeout=spec.timeout, num_retries=0, **kwargs),
                 spec.timeout)
         except Exception as exc:  # the deadline above, a rejected key, 429, 5xx, connection errors, malformed replies
-            if filtered_request(exc, _litellm_recognises_filter()):
+            echoes = [m["content"] for m in messages]  # what a 400 may quote back: never the provider's words
+            if filtered_request(exc, _litellm_recognises_filter(), echoes):
                 # The provider's content filter refused the prompt: its answer, as a filtered reply (a refusal).
                 return Reply("", FILTERED_REQUEST)
-            failure = (rejected_setting(exc, kwargs, spec.api_base, self.knobs)
-                       or describe_failure(exc, spec.api_base, spec.timeout))
+            failure = (rejected_setting(exc, kwargs, spec.api_base, self.knobs, echoes, self._scrub)
+                       or describe_failure(exc, spec.api_base, spec.timeout, self._scrub))
             raise EndpointError(self._scrub(str(failure)), retryable=failure.retryable, retry_after=failure.retry_after,
                                 unreachable=failure.unreachable, fatal=failure.fatal, timed_out=failure.timed_out,
                                 sent=failure.sent, status=failure.status) from None
