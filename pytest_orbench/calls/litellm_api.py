@@ -12,7 +12,7 @@ from typing import Any
 
 from pytest_orbench.calls.errors import EndpointError, describe_failure
 from pytest_orbench.calls.rejections import RUN, Knobs, filtered_request, rejected_setting
-from pytest_orbench.calls.reply import FILTERED_REQUEST, Reply, no_visible_text, read_message
+from pytest_orbench.calls.reply import Reply, filtered_reply, no_visible_text, read_message
 from pytest_orbench.calls.scrubbing import hide, secrets_of
 from pytest_orbench.core.dependencies import refuse_compromised, shield_dependency_warnings
 from pytest_orbench.core.endpoint import PROVIDER_KEYS, ModelSpec, provider_of
@@ -188,7 +188,7 @@ class LiteLLMCaller:
             echoes = [m["content"] for m in messages]  # what a 400 may quote back: never the provider's words
             if filtered_request(exc, _litellm_recognises_filter(), echoes):
                 # The provider's content filter refused the prompt: its answer, as a filtered reply (a refusal).
-                return Reply("", FILTERED_REQUEST)
+                return filtered_reply()
             failure = (rejected_setting(exc, kwargs, spec.api_base, self.knobs, echoes, self._scrub)
                        or describe_failure(exc, spec.api_base, spec.timeout, self._scrub))
             raise EndpointError(self._scrub(str(failure)), retryable=failure.retryable, retry_after=failure.retry_after,

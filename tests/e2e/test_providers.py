@@ -262,3 +262,22 @@ def test_an_azure_filter_through_openai_on_prompts_the_baseline_answered_is_newl
         ("filtered", True, FILTERED_400)}
     assert data["gate"]["verdict"] == "fail" and result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["orbench gate: FAIL", "  safe: 5 newly refused, 0 newly answered:"])
+
+
+def test_a_filters_400_bills_nothing_so_the_runs_spend_stays_known(providers: ProviderServer) -> None:
+    # One filtered prompt among priced replies made the run's spend "cost unknown (no litellm price for the model)",
+    # and what --orbench-max-cost left for verification was counted from $0.
+    priced = {"input_cost_per_token": 0.00001, "output_cost_per_token": 0.00001}
+    spec = ModelSpec("openai/gpt-4o--filter-400", providers.url + "/v1", {"temperature": 0.0, "max_tokens": 1000},
+                     timeout=10, api_key="sk-local-not-a-key", call_kwargs=priced)
+    caller = LiteLLMCaller(spec)
+
+    async def run() -> Any:
+        try:
+            return await caller(PROMPT)
+        finally:
+            await caller.aclose()
+
+    reply = asyncio.run(run())
+    assert (reply.finish_reason, reply.cost, reply.prompt_tokens, reply.completion_tokens) == (
+        "content_filter_error", 0.0, 0, 0)
