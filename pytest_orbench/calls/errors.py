@@ -20,12 +20,15 @@ class EndpointError(Exception):
     `unreachable` ones (connection refused, DNS, TLS) stop them when nothing has got through yet;
     `unusable` ones (a reply with no text at max_tokens: the run's settings, not the prompt) stop them
     when the first few replies all are, and none was usable. `sent`: False when the request never left (litellm
-    or the HTTP client refused to build it): no call was made. `status`: the HTTP status the server sent."""
+    or the HTTP client refused to build it): no call was made. `status`: the HTTP status the server sent. `gist`:
+    the message without the request's own words (a 400 that quotes the prompt back), which says whether two
+    prompts met the same error."""
 
     def __init__(self, message: str, *, retryable: bool, retry_after: float | None = None, fatal: bool = False,
                  unreachable: bool = False, unusable: bool = False, timed_out: bool = False, sent: bool = True,
-                 status: int | None = None):
+                 status: int | None = None, gist: str | None = None):
         super().__init__(message)
+        self.gist = message if gist is None else gist
         self.retryable = retryable
         self.retry_after = retry_after
         self.fatal = fatal

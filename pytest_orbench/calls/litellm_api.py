@@ -11,7 +11,7 @@ import warnings
 from typing import Any
 
 from pytest_orbench.calls.errors import EndpointError, describe_failure
-from pytest_orbench.calls.rejections import RUN, Knobs, filtered_request, rejected_setting
+from pytest_orbench.calls.rejections import RUN, Knobs, filtered_request, rejected_setting, unquoted
 from pytest_orbench.calls.reply import Reply, filtered_reply, no_visible_text, read_message
 from pytest_orbench.calls.scrubbing import hide, secrets_of
 from pytest_orbench.core.dependencies import refuse_compromised, shield_dependency_warnings
@@ -191,9 +191,10 @@ class LiteLLMCaller:
                 return filtered_reply()
             failure = (rejected_setting(exc, kwargs, spec.api_base, self.knobs, echoes, self._scrub)
                        or describe_failure(exc, spec.api_base, spec.timeout, self._scrub))
-            raise EndpointError(self._scrub(str(failure)), retryable=failure.retryable, retry_after=failure.retry_after,
+            message = self._scrub(str(failure))
+            raise EndpointError(message, retryable=failure.retryable, retry_after=failure.retry_after,
                                 unreachable=failure.unreachable, fatal=failure.fatal, timed_out=failure.timed_out,
-                                sent=failure.sent, status=failure.status) from None
+                                sent=failure.sent, status=failure.status, gist=unquoted(message, echoes)) from None
         try:
             choice = response.choices[0]
             message = choice.message

@@ -29,16 +29,46 @@ def _bodies(chain: list[BaseException]) -> list[dict[str, Any]]:
     return found
 
 
-def _said(chain: list[BaseException], echoes: Sequence[str]) -> str:
-    """The words of an error chain without the request's own texts (`echoes`: its messages), which many providers
-    and gateways quote back in a 400 (a validation error's `input`, "could not tokenize '...'"), as written, as
-    JSON and as a Python repr escape them: what the request said is never read as what the provider said."""
-    text = " ".join(" ".join(str(e).split()) for e in chain)
+# Characters a quote must share with the request's text to be taken for one (a gateway's quote cut short, or the
+# provider's words cut at their length in the middle of a quote).
+_QUOTE_MIN = 16
+
+
+def unquoted(text: str, echoes: Sequence[str]) -> str:
+    """`text` without the request's own texts (`echoes`: its messages), which many providers and gateways quote back
+    in a 400 (a validation error's `input`, "could not tokenize '...'"): as written, as JSON and as a Python repr
+    escape them, whitespace folded, whole or from their start for at least _QUOTE_MIN characters."""
+    text = " ".join(text.split())
     forms = {" ".join(form.split()) for echo in echoes if echo.strip() for form in (
         echo, repr(echo)[1:-1], json.dumps(echo)[1:-1], json.dumps(echo, ensure_ascii=False)[1:-1])}
-    for form in sorted(forms, key=len, reverse=True):
+    ordered = sorted(forms, key=len, reverse=True)
+    for form in ordered:  # whole quotes first: a quote's start is that of every form of it
         text = text.replace(form, " ")
+    quotes = [form for form in ordered if len(form) >= _QUOTE_MIN]
+    for head in sorted({form[:_QUOTE_MIN] for form in quotes}):
+        kept, end = [], 0
+        at = text.find(head)
+        while at >= 0:  # the longest run of any form that starts here
+            stop = max(_run(text, at, form) for form in quotes if form.startswith(head))
+            kept.append(text[end:at])
+            end = stop
+            at = text.find(head, stop)
+        text = " ".join([*kept, text[end:]]) if kept else text
     return text
+
+
+def _run(text: str, at: int, form: str) -> int:
+    """Where `form`, quoted in `text` from `at`, stops matching it."""
+    stop = at
+    while stop < len(text) and stop - at < len(form) and text[stop] == form[stop - at]:
+        stop += 1
+    return stop
+
+
+def _said(chain: list[BaseException], echoes: Sequence[str]) -> str:
+    """The words of an error chain without the request's own texts (unquoted): what the request said is never read
+    as what the provider said."""
+    return unquoted(" ".join(str(e) for e in chain), echoes)
 
 
 def _echoed(words: str, echoes: Sequence[str]) -> bool:

@@ -4,6 +4,7 @@ Exceptions built as the OpenAI SDK and httpx raise them; tests/e2e/test_provider
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from pytest_orbench.calls.rejections import BASE, JUDGE, filtered_request, rejected_setting
+from pytest_orbench.calls.rejections import BASE, JUDGE, filtered_request, rejected_setting, unquoted
 from pytest_orbench.calls.reply import REASONING_ONLY, REFUSAL_FIELD, read_message
 
 AZURE_FILTER_WORDS = ("The response was filtered due to the prompt triggering Azure OpenAI's content management policy. "
@@ -217,3 +218,20 @@ def test_a_key_is_hidden_before_the_providers_words_are_cut() -> None:
                       rejected_setting(exc, PARAMS, None, hide=lambda text: hide(text, [key]))):
             shown = hide(str(error), [key])  # what the caller's scrub leaves: no part of the key either
             assert not [key[i:i + 6] for i in range(len(key) - 5) if key[i:i + 6] in shown], (pad, shown)
+
+
+QUOTED = 'Write a "short" story about\nmy grandmother\'s bakery in Zürich.'
+
+
+@pytest.mark.parametrize("said", [
+    f"HTTP 400 from host: could not read input {QUOTED}",
+    f"HTTP 400 from host: could not read input {QUOTED!r}",
+    f"HTTP 400 from host: could not read input {json.dumps(QUOTED)}",
+    f"HTTP 400 from host: could not read input {json.dumps(QUOTED, ensure_ascii=False)}",
+    f"HTTP 400 from host: could not read input {QUOTED[:30]}... (cut by the gateway)",
+    f"HTTP 400 from host: could not read input {QUOTED[:20]}",  # the provider's words cut in the quote
+], ids=["as written", "repr", "JSON", "JSON, UTF-8", "cut short", "cut at the end"])
+def test_the_requests_own_words_are_taken_out_of_an_error_however_quoted(said: str) -> None:
+    assert "bakery" not in unquoted(said, [QUOTED]) and "grandmother" not in unquoted(said, [QUOTED])
+    assert unquoted(said, [QUOTED]).startswith("HTTP 400 from host: could not read input")
+    assert unquoted("HTTP 400 from host: a short quote 'Hi there'", ["Hi there"]) == "HTTP 400 from host: a short quote ' '"

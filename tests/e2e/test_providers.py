@@ -281,3 +281,19 @@ def test_a_filters_400_bills_nothing_so_the_runs_spend_stays_known(providers: Pr
     reply = asyncio.run(run())
     assert (reply.finish_reason, reply.cost, reply.prompt_tokens, reply.completion_tokens) == (
         "content_filter_error", 0.0, 0, 0)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("orbench_env")
+def test_a_400_that_quotes_every_prompt_back_is_still_the_same_400(pytester: pytest.Pytester,
+                                                                 providers: ProviderServer) -> None:
+    # Each prompt's message differs by the quote alone: compared as it was, the same 400 was never "the same", so every
+    # prompt was sent, one at a time (a 4xx keeps the calls alone), and failed.
+    prompt_file(pytester.path / "prompts.csv")
+    model = "gpt-4o--quote-400"
+    before = providers.sent(model)
+    result = pytester.runpytest(*run_args(providers, f"openai/{model}"))
+    assert providers.sent(model) - before == 3
+    result.stdout.fnmatch_lines(["calls: 3 made this run, 0 replies from the store, 3 errors after retries, 7 prompts not "
+                                 "asked (the calls had stopped)*"])
+    assert "so did the first 3 prompts, the same each time" in load(pytester.path / "r.json")["prompts"][9]["error"]
