@@ -17,11 +17,20 @@ FILTER_CODES = ("content_filter", "content_policy_violation")
 FILTER_INNER_CODES = ("ResponsibleAIPolicyViolation",)
 
 
+# The words by which litellm (1.106) raises ContentPolicyViolationError for OpenAI, Anthropic, Vertex and Azure errors.
+_LITELLMS_WORDS = re.compile(r"content_policy_violation|responsibleaipolicyviolation|violating our usage policy|"
+                             r"as a result of (?:our|the) safety system|content filtering policy|the response was blocked|"
+                             r"content management policy|content_filter_policy|the model produced invalid content",
+                             re.IGNORECASE)
+
+
 def _bodies(chain: list[BaseException]) -> list[dict[str, Any]]:
-    """The error objects of a provider's JSON error body, as the exceptions carry them (the OpenAI SDK keeps
-    the body's "error" object; some keep the whole body)."""
+    """The error objects of a provider's JSON error body, as the exceptions of the HTTP clients carry them (the
+    OpenAI SDK keeps the body's "error" object; some keep the whole body)."""
     found = []
     for exc in chain:
+        if type(exc).__module__.split(".")[0] == "litellm":
+            continue  # litellm's own exceptions carry a body it made up (its ContentPolicyViolationError's code)
         body = getattr(exc, "body", None)
         if isinstance(body, dict):
             inner = body.get("error")
@@ -85,9 +94,15 @@ def filtered_request(exc: BaseException, recognised: Callable[[str], bool] | Non
     `openai/` model string an Azure filter arrives as a plain BadRequestError: a refusal of the provider, not a
     failure of the endpoint."""
     chain = _chain(exc)
+    text = _said(chain, echoes)
     if any(type(e).__name__ == "ContentPolicyViolationError" for e in chain):
-        return True
-    if _sent_status(chain) != 400:
+        # litellm reads its class from the error's whole text, quotes of the request included: its reading stands
+        # unless the request itself holds a filter's words, and then only on the provider's own words or codes.
+        if not any(_LITELLMS_WORDS.search(echo) or (recognised is not None and recognised(echo)) for echo in echoes):
+            return True
+        if any(not _echoed(words.group(0), echoes) for words in _LITELLMS_WORDS.finditer(text)):
+            return True
+    elif _sent_status(chain) != 400:
         return False
     for error in _bodies(chain):
         inner = error.get("innererror")
@@ -95,7 +110,6 @@ def filtered_request(exc: BaseException, recognised: Callable[[str], bool] | Non
             return True
     # A non-filter 400 that quotes a prompt about content filters must stay an error: read as a refusal on the
     # compared side, it would hide the change's own refusal of that prompt.
-    text = _said(chain, echoes)
     code = re.search(r"""["']code["']:\s*["'](content_filter|content_policy_violation)["']""", text)
     if code and not _echoed(code.group(1), echoes):
         return True

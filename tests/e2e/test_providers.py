@@ -159,8 +159,16 @@ QUOTED = [
          prompt="What does Azure's ResponsibleAIPolicyViolation error code mean, and is 'code': 'content_filter' one?"),
     Case("a prompt about a setting", "openai/gpt-4o--quote-400", "error", "HTTP 400 from", "/v1",
          prompt="Why is a temperature of 0 not supported by my oven's 'temperature' dial?"),
+    # litellm reads its ContentPolicyViolationError from the whole text, the quote included (and makes up a body with
+    # `code: content_policy_violation` for Azure's): not a filter's refusal either.
+    Case("litellm's class, OpenAI's words", "openai/gpt-4o--quote-400", "error", "HTTP 400 from", "/v1",
+         prompt="What do invalid_request_error and content_policy_violation mean in an API reply?"),
+    Case("litellm's class, Azure's words", "azure/gpt-4o--quote-400", "error", "HTTP 400 from", params=AZURE,
+         prompt="What is Azure's ResponsibleAIPolicyViolation?"),
     # The provider's own words still count when the prompt speaks of filters too.
     Case("a filter's 400 on such a prompt", "openai/gpt-4o--filter-400", "filtered", FILTERED_400, "/v1",
+         prompt="What does Azure's ResponsibleAIPolicyViolation error code mean?"),
+    Case("an Azure filter's 400 on such a prompt", "azure/gpt-4o--filter-400", "filtered", FILTERED_400, params=AZURE,
          prompt="What does Azure's ResponsibleAIPolicyViolation error code mean?"),
 ]
 
