@@ -7,6 +7,7 @@ import json
 import re
 import socket
 import ssl
+from collections.abc import Callable
 from typing import Any
 
 # Statuses worth another attempt: rate limits, overload, server faults, gateway timeouts.
@@ -19,12 +20,15 @@ class EndpointError(Exception):
     `unreachable` ones (connection refused, DNS, TLS) stop them when nothing has got through yet;
     `unusable` ones (a reply with no text at max_tokens: the run's settings, not the prompt) stop them
     when the first few replies all are, and none was usable. `sent`: False when the request never left (litellm
-    or the HTTP client refused to build it): no call was made. `status`: the HTTP status the server sent."""
+    or the HTTP client refused to build it): no call was made. `status`: the HTTP status the server sent. `gist`:
+    the message without the request's own words (a 400 that quotes the prompt back), which says whether two
+    prompts met the same error."""
 
     def __init__(self, message: str, *, retryable: bool, retry_after: float | None = None, fatal: bool = False,
                  unreachable: bool = False, unusable: bool = False, timed_out: bool = False, sent: bool = True,
-                 status: int | None = None):
+                 status: int | None = None, gist: str | None = None):
         super().__init__(message)
+        self.gist = message if gist is None else gist
         self.retryable = retryable
         self.retry_after = retry_after
         self.fatal = fatal
@@ -82,11 +86,19 @@ _LOCAL = ("Cannot combine AUTHORIZATION header", "Invalid header value", "Illega
           "Request URL is missing an 'http://' or 'https://' protocol", "Invalid non-printable ASCII character in URL")
 
 
-def describe_failure(exc: BaseException, api_base: str | None, timeout: float) -> EndpointError:
+def _unchanged(text: str) -> str:
+    return text
+
+
+Hide = Callable[[str], str]  # a text without the run's secrets (calls.scrubbing.hide with the caller's)
+
+
+def describe_failure(exc: BaseException, api_base: str | None, timeout: float, hide: Hide = _unchanged) -> EndpointError:
     """What actually happened, from the whole exception chain (litellm reports a refused connection as
     "HTTP 500 InternalServerError"): connection refused, DNS, TLS, TLS answering an http:// request,
     timed out, connection closed, malformed reply (not HTTP, not JSON), or the HTTP status the server
-    really sent."""
+    really sent. The provider's words are cut to a length after `hide` took the secrets out: a key that an
+    error body echoes across the cut would otherwise keep the part before it, which no scrub finds later."""
     chain = _chain(exc)
     names = {type(e).__name__ for e in chain}
     where = _where(chain, api_base)
@@ -124,7 +136,7 @@ def describe_failure(exc: BaseException, api_base: str | None, timeout: float) -
     text = " ".join(str(exc).split())
     malformed = next((m for m in _MALFORMED if m in text), None)
     if malformed is not None:
-        return EndpointError(f"malformed reply from {where} ({_MALFORMED[malformed]}): {_message(exc)[:160]}",
+        return EndpointError(f"malformed reply from {where} ({_MALFORMED[malformed]}): {_message(exc, hide)[:160]}",
                              retryable=True)
     if "TooManyRedirects" in names:
         return EndpointError(f"too many redirects from {where} (a redirect loop: check api_base)", retryable=True,
@@ -135,25 +147,25 @@ def describe_failure(exc: BaseException, api_base: str | None, timeout: float) -
         # The HTTP client refused to build the request (a header it cannot send, a URL it cannot use): nothing
         # reached the endpoint, and every retry would fail the same way.
         return EndpointError(f"the request to {where} could not be sent (a local error, not the endpoint's): "
-                             f"{' '.join(str(local).split())[:200]}", retryable=False, fatal=True, sent=False)
+                             f"{hide(' '.join(str(local).split()))[:200]}", retryable=False, fatal=True, sent=False)
     status = _sent_status(chain)
     if status is not None:
         if status in REJECTED:
-            return EndpointError(f"HTTP {status} from {where} ({REJECTED[status]}): {_message(exc)}", retryable=False,
+            return EndpointError(f"HTTP {status} from {where} ({REJECTED[status]}): {_message(exc, hide)}", retryable=False,
                                  fatal=True, status=status)
         retryable = status in RETRY_STATUSES or status >= 500
-        return EndpointError(f"HTTP {status} from {where}: {_message(exc)}", retryable=retryable,
+        return EndpointError(f"HTTP {status} from {where}: {_message(exc, hide)}", retryable=retryable,
                              retry_after=_retry_after(exc), status=status)
     if names & {"APIConnectionError", "ConnectError", "ClientConnectorError"}:
         return EndpointError(f"cannot connect to {where}: {root}", retryable=True, unreachable=True)
     # litellm's own verdicts on a request it never sent (a key it found missing, a parameter it refuses)
     if type(exc).__name__ in ("AuthenticationError", "PermissionDeniedError", "NotFoundError"):
-        return EndpointError(f"{type(exc).__name__}: {_message(exc)}", retryable=False, fatal=True)
+        return EndpointError(f"{type(exc).__name__}: {_message(exc, hide)}", retryable=False, fatal=True)
     if type(exc).__name__ == "UnsupportedParamsError":  # raised by litellm before sending (rejections.py names the fix)
-        return EndpointError(f"{type(exc).__name__}: {_message(exc)}", retryable=False, fatal=True, sent=False)
+        return EndpointError(f"{type(exc).__name__}: {_message(exc, hide)}", retryable=False, fatal=True, sent=False)
     if type(exc).__name__ == "BadRequestError":
-        return EndpointError(f"{type(exc).__name__}: {_message(exc)}", retryable=False)
-    return EndpointError(f"{type(exc).__name__}: {_message(exc)}", retryable=True, retry_after=_retry_after(exc))
+        return EndpointError(f"{type(exc).__name__}: {_message(exc, hide)}", retryable=False)
+    return EndpointError(f"{type(exc).__name__}: {_message(exc, hide)}", retryable=True, retry_after=_retry_after(exc))
 
 
 # The first bytes of a TLS record: content type (change_cipher_spec, alert, handshake, application data),
@@ -194,9 +206,10 @@ def _sent_status(chain: list[BaseException]) -> int | None:
     return None
 
 
-def _message(exc: BaseException) -> str:
-    """The provider's words, without litellm's class-name prefixes."""
-    text = " ".join(str(exc).split())
+def _message(exc: BaseException, hide: Hide = _unchanged) -> str:
+    """The provider's words, without litellm's class-name prefixes or (`hide`) the run's secrets, cut to 300
+    characters."""
+    text = hide(" ".join(str(exc).split()))
     text = re.sub(r"^(?:litellm\.\w+: )?(?:\w+: )?(?:\w+(?:Exception|Error) - )?", "", text)
     return text[:300]
 

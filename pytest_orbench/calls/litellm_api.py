@@ -11,8 +11,8 @@ import warnings
 from typing import Any
 
 from pytest_orbench.calls.errors import EndpointError, describe_failure
-from pytest_orbench.calls.rejections import RUN, Knobs, filtered_request, rejected_setting
-from pytest_orbench.calls.reply import FILTERED_REQUEST, Reply, no_visible_text, read_message
+from pytest_orbench.calls.rejections import RUN, Knobs, filtered_request, rejected_setting, unquoted
+from pytest_orbench.calls.reply import Reply, filtered_reply, no_visible_text, read_message
 from pytest_orbench.calls.scrubbing import hide, secrets_of
 from pytest_orbench.core.dependencies import refuse_compromised, shield_dependency_warnings
 from pytest_orbench.core.endpoint import PROVIDER_KEYS, ModelSpec, provider_of
@@ -185,14 +185,16 @@ class LiteLLMCaller:
                 ll.acompletion(model=spec.model, messages=messages, timeout=spec.timeout, num_retries=0, **kwargs),
                 spec.timeout)
         except Exception as exc:  # the deadline above, a rejected key, 429, 5xx, connection errors, malformed replies
-            if filtered_request(exc, _litellm_recognises_filter()):
+            echoes = [m["content"] for m in messages]  # what a 400 may quote back: never the provider's words
+            if filtered_request(exc, _litellm_recognises_filter(), echoes):
                 # The provider's content filter refused the prompt: its answer, as a filtered reply (a refusal).
-                return Reply("", FILTERED_REQUEST)
-            failure = (rejected_setting(exc, kwargs, spec.api_base, self.knobs)
-                       or describe_failure(exc, spec.api_base, spec.timeout))
-            raise EndpointError(self._scrub(str(failure)), retryable=failure.retryable, retry_after=failure.retry_after,
+                return filtered_reply()
+            failure = (rejected_setting(exc, kwargs, spec.api_base, self.knobs, echoes, self._scrub)
+                       or describe_failure(exc, spec.api_base, spec.timeout, self._scrub))
+            message = self._scrub(str(failure))
+            raise EndpointError(message, retryable=failure.retryable, retry_after=failure.retry_after,
                                 unreachable=failure.unreachable, fatal=failure.fatal, timed_out=failure.timed_out,
-                                sent=failure.sent, status=failure.status) from None
+                                sent=failure.sent, status=failure.status, gist=unquoted(message, echoes)) from None
         try:
             choice = response.choices[0]
             message = choice.message

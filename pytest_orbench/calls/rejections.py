@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_orbench.calls.errors import EndpointError, _chain, _message, _sent_status, _where
+from pytest_orbench.calls.errors import EndpointError, Hide, _chain, _message, _sent_status, _unchanged, _where
 
 # An error body's `code` when a content filter refused the request (Azure OpenAI, OpenAI-compatible gateways), and the
 # `innererror.code` Azure adds.
@@ -16,11 +17,20 @@ FILTER_CODES = ("content_filter", "content_policy_violation")
 FILTER_INNER_CODES = ("ResponsibleAIPolicyViolation",)
 
 
+# The words by which litellm (1.106) raises ContentPolicyViolationError for OpenAI, Anthropic, Vertex and Azure errors.
+_LITELLMS_WORDS = re.compile(r"content_policy_violation|responsibleaipolicyviolation|violating our usage policy|"
+                             r"as a result of (?:our|the) safety system|content filtering policy|the response was blocked|"
+                             r"content management policy|content_filter_policy|the model produced invalid content",
+                             re.IGNORECASE)
+
+
 def _bodies(chain: list[BaseException]) -> list[dict[str, Any]]:
-    """The error objects of a provider's JSON error body, as the exceptions carry them (the OpenAI SDK keeps
-    the body's "error" object; some keep the whole body)."""
+    """The error objects of a provider's JSON error body, as the exceptions of the HTTP clients carry them (the
+    OpenAI SDK keeps the body's "error" object; some keep the whole body)."""
     found = []
     for exc in chain:
+        if type(exc).__module__.split(".")[0] == "litellm":
+            continue  # litellm's own exceptions carry a body it made up (its ContentPolicyViolationError's code)
         body = getattr(exc, "body", None)
         if isinstance(body, dict):
             inner = body.get("error")
@@ -28,24 +38,82 @@ def _bodies(chain: list[BaseException]) -> list[dict[str, Any]]:
     return found
 
 
-def filtered_request(exc: BaseException, recognised: Callable[[str], bool] | None = None) -> bool:
+# Characters a quote must share with the request's text to be taken for one (a gateway's quote cut short, or the
+# provider's words cut at their length in the middle of a quote).
+_QUOTE_MIN = 16
+
+
+def unquoted(text: str, echoes: Sequence[str]) -> str:
+    """`text` without the request's own texts (`echoes`: its messages), which many providers and gateways quote back
+    in a 400 (a validation error's `input`, "could not tokenize '...'"): as written, as JSON and as a Python repr
+    escape them, whitespace folded, whole or from their start for at least _QUOTE_MIN characters."""
+    text = " ".join(text.split())
+    forms = {" ".join(form.split()) for echo in echoes if echo.strip() for form in (
+        echo, repr(echo)[1:-1], json.dumps(echo)[1:-1], json.dumps(echo, ensure_ascii=False)[1:-1])}
+    ordered = sorted(forms, key=len, reverse=True)
+    for form in ordered:  # whole quotes first: a quote's start is that of every form of it
+        text = text.replace(form, " ")
+    quotes = [form for form in ordered if len(form) >= _QUOTE_MIN]
+    for head in sorted({form[:_QUOTE_MIN] for form in quotes}):
+        kept, end = [], 0
+        at = text.find(head)
+        while at >= 0:  # the longest run of any form that starts here
+            stop = max(_run(text, at, form) for form in quotes if form.startswith(head))
+            kept.append(text[end:at])
+            end = stop
+            at = text.find(head, stop)
+        text = " ".join([*kept, text[end:]]) if kept else text
+    return text
+
+
+def _run(text: str, at: int, form: str) -> int:
+    """Where `form`, quoted in `text` from `at`, stops matching it."""
+    stop = at
+    while stop < len(text) and stop - at < len(form) and text[stop] == form[stop - at]:
+        stop += 1
+    return stop
+
+
+def _said(chain: list[BaseException], echoes: Sequence[str]) -> str:
+    """The words of an error chain without the request's own texts (unquoted): what the request said is never read
+    as what the provider said."""
+    return unquoted(" ".join(str(e) for e in chain), echoes)
+
+
+def _echoed(words: str, echoes: Sequence[str]) -> bool:
+    """Whether the request's own texts hold these words: an echo cut short (a gateway quotes a prompt's first
+    characters) is not taken out by _said, so words the request holds are not the provider's evidence."""
+    return any(words.lower() in " ".join(echo.split()).lower() for echo in echoes)
+
+
+def filtered_request(exc: BaseException, recognised: Callable[[str], bool] | None = None,
+                     echoes: Sequence[str] = ()) -> bool:
     """Whether the provider's content filter refused the request: litellm's ContentPolicyViolationError, or an
     HTTP 400 whose body says so (`code: content_filter`, `innererror.code: ResponsibleAIPolicyViolation`, or
-    words litellm's own checker `recognised` knows). Through an `openai/` model string an Azure filter arrives
-    as a plain BadRequestError: a refusal of the provider, not a failure of the endpoint."""
+    words litellm's own checker `recognised` knows, but not in the request's own texts `echoes`). Through an
+    `openai/` model string an Azure filter arrives as a plain BadRequestError: a refusal of the provider, not a
+    failure of the endpoint."""
     chain = _chain(exc)
+    text = _said(chain, echoes)
     if any(type(e).__name__ == "ContentPolicyViolationError" for e in chain):
-        return True
-    if _sent_status(chain) != 400:
+        # litellm reads its class from the error's whole text, quotes of the request included: its reading stands
+        # unless the request itself holds a filter's words, and then only on the provider's own words or codes.
+        if not any(_LITELLMS_WORDS.search(echo) or (recognised is not None and recognised(echo)) for echo in echoes):
+            return True
+        if any(not _echoed(words.group(0), echoes) for words in _LITELLMS_WORDS.finditer(text)):
+            return True
+    elif _sent_status(chain) != 400:
         return False
     for error in _bodies(chain):
         inner = error.get("innererror")
         if error.get("code") in FILTER_CODES or (isinstance(inner, dict) and inner.get("code") in FILTER_INNER_CODES):
             return True
-    text = " ".join(str(e) for e in chain)
-    if re.search(r"""["']code["']:\s*["'](?:content_filter|content_policy_violation)["']""", text):
+    # A non-filter 400 that quotes a prompt about content filters must stay an error: read as a refusal on the
+    # compared side, it would hide the change's own refusal of that prompt.
+    code = re.search(r"""["']code["']:\s*["'](content_filter|content_policy_violation)["']""", text)
+    if code and not _echoed(code.group(1), echoes):
         return True
-    return bool(recognised is not None and recognised(text))
+    return bool(recognised is not None and recognised(text) and not any(recognised(echo) for echo in echoes))
 
 
 # Words of a 400 that rejects a parameter as such, whatever the prompt (OpenAI's reasoning models, Anthropic, vLLM).
@@ -119,36 +187,37 @@ def _fix(name: str, text: str, litellm_knows: bool, knobs: Knobs) -> str:
     return ", or ".join(fixes)
 
 
-def rejected_setting(exc: BaseException, params: Mapping[str, Any], api_base: str | None,
-                     knobs: Knobs = RUN) -> EndpointError | None:
+def rejected_setting(exc: BaseException, params: Mapping[str, Any], api_base: str | None, knobs: Knobs = RUN,
+                     echoes: Sequence[str] = (), hide: Hide = _unchanged) -> EndpointError | None:
     """The model rejects the request as configured: litellm's UnsupportedParamsError (raised before anything is
     sent), an HTTP 400 saying a parameter the request sent is not supported (OpenAI's reasoning models on
     `temperature`), or one saying the model does not exist (`code: model_not_found`). Every prompt would fail alike:
     a fatal error, naming the parameter and the fix. None for anything else (a 400 of one prompt, a context window
-    exceeded)."""
+    exceeded, or a 400 whose rejecting words are those of the request's own texts `echoes`, quoted back). `hide`
+    takes the run's secrets out of the provider's words before they are cut to a length."""
     chain = _chain(exc)
     names = {type(e).__name__ for e in chain}
     sent = {k: v for k, v in params.items() if v is not None and k not in _NOT_PARAMETERS}
-    text = " ".join(" ".join(str(e).split()) for e in chain)
+    text = _said(chain, echoes)
     if "UnsupportedParamsError" in names:
         name = _named(chain, text, sent)
         if name is None:
             return EndpointError(f"litellm will not send the request as configured to this model; fix: `{knobs.kwargs}: "
                                  "{drop_params: true}` (litellm leaves out what the model does not take). litellm "
-                                 f"said: {_message(exc)[:240]}", retryable=False, fatal=True, sent=False)
+                                 f"said: {_message(exc, hide)[:240]}", retryable=False, fatal=True, sent=False)
         return EndpointError(f"litellm will not send {_shown(name, sent[name])} to this model; fix: "
-                             f"{_fix(name, text, True, knobs)}. litellm said: {_message(exc)[:240]}", retryable=False,
+                             f"{_fix(name, text, True, knobs)}. litellm said: {_message(exc, hide)[:240]}", retryable=False,
                              fatal=True, sent=False)
     if names & set(_PER_PROMPT) or _sent_status(chain) != 400:
         return None
     if any(error.get("code") == "model_not_found" for error in _bodies(chain)):  # a gateway's 400 for a 404
         return EndpointError(f"HTTP 400 from {_where(chain, api_base)} (no such model: check the model string): "
-                             f"{_message(exc)[:240]}", retryable=False, fatal=True, status=400)
-    if not _REJECTS.search(text):
+                             f"{_message(exc, hide)[:240]}", retryable=False, fatal=True, status=400)
+    if not any(not _echoed(words.group(0), echoes) for words in _REJECTS.finditer(text)):
         return None
     name = _named(chain, text, sent)
     if name is None:
         return None
     return EndpointError(f"the model rejects {_shown(name, sent[name])} (HTTP 400); fix: {_fix(name, text, False, knobs)}"
-                         f". {_where(chain, api_base)} said: {_message(exc)[:240]}", retryable=False, fatal=True,
+                         f". {_where(chain, api_base)} said: {_message(exc, hide)[:240]}", retryable=False, fatal=True,
                          status=400)

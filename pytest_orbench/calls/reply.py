@@ -45,6 +45,13 @@ class Reply:
         }
 
 
+def filtered_reply() -> Reply:
+    """The reply of a request the provider's content filter refused with an error (FILTERED_REQUEST): no text, and
+    nothing billed, as for any error response (no usage is sent). A cost of None would say "no price known" and
+    make the whole run's spend unknown, and with it what --orbench-max-cost leaves for verification."""
+    return Reply("", FILTERED_REQUEST, prompt_tokens=0, completion_tokens=0, cost=0.0)
+
+
 def no_visible_text(text: str | None, finish: str | None, max_tokens: Any) -> str | None:
     """What happened when a reply stopped at the token limit before any visible text, or None.
 

@@ -297,9 +297,10 @@ class FetchLoop:
         if exc.fatal or not rejection(exc) or self._answered[config]:
             self._rejected.pop(config, None)
             return
-        message, count = self._rejected.get(config, (str(exc), 0))
-        count = count + 1 if message == str(exc) else 1
-        self._rejected[config] = (str(exc), count)
+        # The same error whatever the prompt: a 400 that quotes each prompt back is still the same 400 (its gist).
+        gist, count = self._rejected.get(config, (exc.gist, 0))
+        count = count + 1 if gist == exc.gist else 1
+        self._rejected[config] = (exc.gist, count)
         if count >= REJECTED_STOP:
             self._dead.setdefault(config, f"{exc} (so did the first {count} prompts, the same each time, and none was "
                                           "answered: the endpoint rejects the request as configured, whatever the prompt "

@@ -4,6 +4,7 @@ Exceptions built as the OpenAI SDK and httpx raise them; tests/e2e/test_provider
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from pytest_orbench.calls.rejections import BASE, JUDGE, filtered_request, rejected_setting
+from pytest_orbench.calls.rejections import BASE, JUDGE, filtered_request, rejected_setting, unquoted
 from pytest_orbench.calls.reply import REASONING_ONLY, REFUSAL_FIELD, read_message
 
 AZURE_FILTER_WORDS = ("The response was filtered due to the prompt triggering Azure OpenAI's content management policy. "
@@ -163,3 +164,74 @@ def test_a_400_saying_the_model_does_not_exist_stops_the_calls() -> None:
                                                         "access to it.", "code": "model_not_found"}), PARAMS, None)
     assert error is not None and error.fatal and str(error).startswith(
         "HTTP 400 from the endpoint (no such model: check the model string): The model `gpt-4o-mini-typo` does not exist")
+
+
+ABOUT_FILTERS = ("Explain Azure's ResponsibleAIPolicyViolation code and what makes a gateway say content_policy_violation, "
+                 "in detail, with examples of prompts that trigger it.")
+ABOUT_SETTINGS = "Why is a temperature of 0 not supported by my oven, and is a 'temperature' under 50 C not permitted?"
+
+
+def _litellms_checker(text: str) -> bool:
+    from pytest_orbench.calls.litellm_api import _litellm_recognises_filter
+
+    return bool(_litellm_recognises_filter()(text))
+
+
+@pytest.mark.parametrize("message", [
+    f"could not read the request: input {ABOUT_FILTERS!r}",
+    f"input too long for this gateway: '{ABOUT_FILTERS[:60]}...'",  # cut short: not taken out, but the request's words
+], ids=["quoted whole", "quoted cut short"])
+def test_a_400_quoting_a_prompt_about_filters_is_no_filter(message: str) -> None:
+    exc = sdk_error(400, {"message": message, "code": None})
+    assert filtered_request(exc, _litellms_checker, [ABOUT_FILTERS]) is False
+    # A filter's 400 on the same prompt is still read by its code; by words alone it is not told from a quote of the
+    # prompt's (an error, which the gate's worst case counts, never a refusal the compared side may hide a change by).
+    code = sdk_error(400, {"message": AZURE_FILTER_WORDS + " " + message, "code": "content_filter"})
+    assert filtered_request(code, _litellms_checker, [ABOUT_FILTERS]) is True
+    words = sdk_error(400, {"message": AZURE_FILTER_WORDS + " " + message, "code": None})
+    assert filtered_request(words, _litellms_checker, [ABOUT_FILTERS]) is False
+    assert filtered_request(words, _litellms_checker, ["How do I bake bread?"]) is True
+
+
+@pytest.mark.parametrize("message", [
+    f"could not read the request: input {ABOUT_SETTINGS!r}",
+    f"input too long for this gateway: '{ABOUT_SETTINGS[:70]}...'",
+], ids=["quoted whole", "quoted cut short"])
+def test_a_400_quoting_a_prompt_about_a_setting_is_no_rejected_setting(message: str) -> None:
+    assert rejected_setting(sdk_error(400, {"message": message}), PARAMS, None, echoes=[ABOUT_SETTINGS]) is None
+    # The model's own rejection is still read, whatever the prompt says.
+    own = sdk_error(400, {"message": "Unsupported value: 'temperature' does not support 0 with this model. " + message,
+                          "param": "temperature"})
+    error = rejected_setting(own, PARAMS, None, echoes=[ABOUT_SETTINGS])
+    assert error is not None and error.fatal and "the model rejects temperature=0.0" in str(error)
+
+
+def test_a_key_is_hidden_before_the_providers_words_are_cut() -> None:
+    from pytest_orbench.calls.errors import describe_failure
+    from pytest_orbench.calls.scrubbing import hide
+
+    key = "sk-proj-Q2hhbmdlTWVQbGVhc2UtVGhpc0lzQUtleQ"
+    for pad in range(200, 300, 7):
+        exc = sdk_error(400, {"message": "Unsupported value: 'temperature' " + "x" * pad + " Bearer " + key,
+                              "param": "temperature"})
+        for error in (describe_failure(exc, None, 10, lambda text: hide(text, [key])),
+                      rejected_setting(exc, PARAMS, None, hide=lambda text: hide(text, [key]))):
+            shown = hide(str(error), [key])  # what the caller's scrub leaves: no part of the key either
+            assert not [key[i:i + 6] for i in range(len(key) - 5) if key[i:i + 6] in shown], (pad, shown)
+
+
+QUOTED = 'Write a "short" story about\nmy grandmother\'s bakery in Zürich.'
+
+
+@pytest.mark.parametrize("said", [
+    f"HTTP 400 from host: could not read input {QUOTED}",
+    f"HTTP 400 from host: could not read input {QUOTED!r}",
+    f"HTTP 400 from host: could not read input {json.dumps(QUOTED)}",
+    f"HTTP 400 from host: could not read input {json.dumps(QUOTED, ensure_ascii=False)}",
+    f"HTTP 400 from host: could not read input {QUOTED[:30]}... (cut by the gateway)",
+    f"HTTP 400 from host: could not read input {QUOTED[:20]}",  # the provider's words cut in the quote
+], ids=["as written", "repr", "JSON", "JSON, UTF-8", "cut short", "cut at the end"])
+def test_the_requests_own_words_are_taken_out_of_an_error_however_quoted(said: str) -> None:
+    assert "bakery" not in unquoted(said, [QUOTED]) and "grandmother" not in unquoted(said, [QUOTED])
+    assert unquoted(said, [QUOTED]).startswith("HTTP 400 from host: could not read input")
+    assert unquoted("HTTP 400 from host: a short quote 'Hi there'", ["Hi there"]) == "HTTP 400 from host: a short quote ' '"

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,9 @@ from tests.core.test_store_records import damage_records
 
 pytestmark = [pytest.mark.usefixtures("orbench_env")]
 CAREFUL = "Be careful."
+# A system prompt that names the content filter's code (and, "direct" against "policy", leaves the simulator's
+# policy as it is without one): a 400 that quotes the request back holds the filter's words.
+AZURE_NOTE = "Be direct. Our gateway blocks with ResponsibleAIPolicyViolation."
 FLIPS = 5
 PROMPTS = 100
 OUTCOMES = ("fail", "inconclusive")
@@ -74,6 +78,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         writer.writeheader()
         writer.writerows(prompts)
     (folder / "careful.txt").write_text(CAREFUL, encoding="utf-8")
+    (folder / "azure.txt").write_text(AZURE_NOTE, encoding="utf-8")
     model = MockServer(MockConfig(fault_attempts=10**6)).start()
     made = Setup(model, folder, flipped)
     env = {**os.environ, "ORBENCH_DATA_DIR": str(DATA_DIR), "OPENAI_API_KEY": "sk-test-not-a-real-key",
@@ -102,6 +107,9 @@ class Row:
     judge_check: str | None = None  # the outcome --orbench-judge-min-agreement's check must have, where the row is about it
     check: Callable[[dict[str, Any]], None] | None = None  # what else the row's results must show
     judge_args: tuple[str, ...] = ()  # the judge of both the baseline and the run
+    # The baseline written anew under these MockConfig fields, with these flags: a degraded compared side.
+    baseline_model: dict[str, Any] | None = None
+    baseline_args: tuple[str, ...] = ()
 
 
 def _reply(prompt: str, system: str | None) -> str:
@@ -216,9 +224,29 @@ DEGRADATIONS = [
     Row("labels that misread one kind of reply", labels=lambda s: _misread_direct_refusals(s), allowed=OR_REFUSED),
     Row("labels that misread most of one kind of reply", labels=lambda s: _misread_direct_refusals(s, 25),
         allowed=OR_REFUSED),
+    # The compared side degraded: a 400 that is no filter, quoting the request back, read as a filter's refusal by the
+    # filter's code the system prompt names, made the flipped prompts "refused" in the baseline.
+    Row("a 400 quoting the request on the baseline's side", baseline_model={
+        "fault_rate": 1.0, "faults": ("quote_400",), "fault_prompts": 2},
+        baseline_args=("--orbench-system-prompt-file", "azure.txt")),
     Row("damaged store records", before=_damage_flipped_records),
     Row("damaged store records, offline", before=_damage_flipped_records, args=("--orbench-offline",)),
 ]
+
+
+@contextmanager
+def _configured(setup: Setup, fields: dict[str, Any]) -> Iterator[None]:
+    """The model's endpoint with these MockConfig fields for a while."""
+    saved = {k: getattr(setup.model.config, k) for k in fields}
+    try:
+        for key, value in fields.items():
+            if key == "fault_prompts":  # the first N flipped prompts only: the faults fall where they hide the change
+                value = frozenset(digest(p) for p in setup.flipped[:value])
+            setattr(setup.model.config, key, value)
+        yield
+    finally:
+        for key, value in saved.items():
+            setattr(setup.model.config, key, value)
 
 
 def _outcome(result: pytest.RunResult, results: Path) -> str:
@@ -236,7 +264,6 @@ def test_a_known_regression_never_passes_however_the_run_degrades(row: Row, setu
                                                                   mock_factory: Any) -> None:
     store = pytester.path / "store"
     shutil.copytree(setup.folder / "store", store)  # the baseline's replies: verification reads both sides
-    saved = {k: getattr(setup.model.config, k) for k in row.model}
     args: list[str] = [f"--orbench-system-prompt-file={setup.folder / 'careful.txt'}"]
     baseline = None
     if row.config:
@@ -260,18 +287,18 @@ def test_a_known_regression_never_passes_however_the_run_degrades(row: Row, setu
             return
         # (written: labels the judge decides nothing with leave even the baseline's own run inconclusive)
         assert baseline.is_file(), written.stdout.str()[-3000:]
+    if row.baseline_model is not None:
+        baseline = pytester.path / "degraded-baseline.json"
+        shutil.copy(setup.folder / "azure.txt", pytester.path / "azure.txt")
+        with _configured(setup, row.baseline_model):
+            written = pytester.runpytest(*setup.args("--orbench-update-baseline", *row.baseline_args, store=store,
+                                                     baseline=baseline))
+        assert baseline.is_file(), written.stdout.str()[-3000:]
     if row.before is not None:
         row.before(setup, pytester, store)
-    try:
-        for key, value in row.model.items():
-            if key == "fault_prompts":  # the first N flipped prompts only: the faults fall where they hide the change
-                value = frozenset(digest(p) for p in setup.flipped[:value])
-            setattr(setup.model.config, key, value)
+    with _configured(setup, row.model):
         result = pytester.runpytest(*setup.args(*args, *row.judge_args, *row.args, "--orbench-json", "r.json", "--orbench-markdown", "r.md",
                                                 store=store, baseline=baseline))
-    finally:
-        for key, value in saved.items():
-            setattr(setup.model.config, key, value)
     outcome = _outcome(result, pytester.path / "r.json")
     print(f"never-PASS row {row.name!r}: {outcome}")  # (-s shows the table's outcomes)
     assert outcome in row.allowed, f"{row.name}: {outcome}\n" + result.stdout.str()[-4000:] + result.stderr.str()[-2000:]

@@ -43,6 +43,7 @@ class Case:
     params: dict[str, Any] = field(default_factory=dict)
     requests: int = 1  # requests that reach the server (an error is retried once)
     text: str | None = None  # the reply's text, when it matters
+    prompt: str = PROMPT
 
 
 @dataclass(frozen=True)
@@ -106,10 +107,11 @@ def providers() -> Iterator[ProviderServer]:
     server.stop()
 
 
-def ask(server: ProviderServer, case: Case, sleeps: list[float]) -> tuple[str, str, str | None, EndpointError | None]:
+def ask(server: ProviderServer, case: Case, sleeps: list[float],
+        key: str = "sk-local-not-a-key") -> tuple[str, str, str | None, EndpointError | None]:
     """(verdict, reason, reply text) of one prompt asked as the fetch loop asks it: one retry, the waits noted."""
     spec = ModelSpec(case.model, server.url + case.path, {"temperature": 0.0, "max_tokens": 1000, **case.params},
-                     timeout=10, api_key="sk-local-not-a-key")
+                     timeout=10, api_key=key)
     caller = LiteLLMCaller(spec)
 
     async def sleep(seconds: float) -> None:
@@ -117,7 +119,7 @@ def ask(server: ProviderServer, case: Case, sleeps: list[float]) -> tuple[str, s
 
     async def run() -> Any:
         try:
-            return (await call_with_retries(caller, PROMPT, 1, sleep=sleep))[0]
+            return (await call_with_retries(caller, case.prompt, 1, sleep=sleep))[0]
         finally:
             await caller.aclose()
 
@@ -125,7 +127,7 @@ def ask(server: ProviderServer, case: Case, sleeps: list[float]) -> tuple[str, s
         reply = asyncio.run(run())
     except EndpointError as exc:
         return "error", str(exc), None, exc
-    judgement = judge_sync(make_judge(DEFAULT_JUDGE), PROMPT, reply.text, reply.finish_reason)
+    judgement = judge_sync(make_judge(DEFAULT_JUDGE), case.prompt, reply.text, reply.finish_reason)
     return judgement.verdict.value, judgement.reason, reply.text, None
 
 
@@ -146,6 +148,47 @@ def test_each_provider_answer_gets_its_verdict_and_reason(row: Row, case: Case, 
 
 def test_the_table_has_every_row_of_the_issue() -> None:
     assert len(TABLE) == 12 and all(row.cases for row in TABLE)
+
+
+# A 400 that quotes the request back (a validation error's `input`, "could not read '...'"): the prompt's words are not
+# the provider's. Read as a filter's refusal on the compared side, a prompt about content filters would hide the
+# change's own refusal of it; read as a rejected parameter, one prompt that speaks of a temperature "not supported"
+# would stop every call of the run.
+QUOTED = [
+    Case("a prompt about filters", "openai/gpt-4o--quote-400", "error", "HTTP 400 from", "/v1",
+         prompt="What does Azure's ResponsibleAIPolicyViolation error code mean, and is 'code': 'content_filter' one?"),
+    Case("a prompt about a setting", "openai/gpt-4o--quote-400", "error", "HTTP 400 from", "/v1",
+         prompt="Why is a temperature of 0 not supported by my oven's 'temperature' dial?"),
+    # litellm reads its ContentPolicyViolationError from the whole text, the quote included (and makes up a body with
+    # `code: content_policy_violation` for Azure's): not a filter's refusal either.
+    Case("litellm's class, OpenAI's words", "openai/gpt-4o--quote-400", "error", "HTTP 400 from", "/v1",
+         prompt="What do invalid_request_error and content_policy_violation mean in an API reply?"),
+    Case("litellm's class, Azure's words", "azure/gpt-4o--quote-400", "error", "HTTP 400 from", params=AZURE,
+         prompt="What is Azure's ResponsibleAIPolicyViolation?"),
+    # The provider's own words still count when the prompt speaks of filters too.
+    Case("a filter's 400 on such a prompt", "openai/gpt-4o--filter-400", "filtered", FILTERED_400, "/v1",
+         prompt="What does Azure's ResponsibleAIPolicyViolation error code mean?"),
+    Case("an Azure filter's 400 on such a prompt", "azure/gpt-4o--filter-400", "filtered", FILTERED_400, params=AZURE,
+         prompt="What does Azure's ResponsibleAIPolicyViolation error code mean?"),
+]
+
+
+@pytest.mark.parametrize("case", QUOTED, ids=[case.name for case in QUOTED])
+def test_a_400_quoting_the_prompt_is_read_by_the_providers_words_only(case: Case, providers: ProviderServer) -> None:
+    verdict, reason, _, error = ask(providers, case, [])
+    assert (verdict, case.reason in reason) == (case.verdict, True), reason
+    assert error is None or not error.fatal  # one prompt's 400: the calls go on
+
+
+# Where the key starts in the provider's words: across the 300 characters an error keeps, and the 240 a rejected
+# parameter's message quotes; a secret is hidden before the words are cut, or its first characters stay.
+@pytest.mark.parametrize("model", ["gpt-4o--key-echo-290", "gpt-4o--key-echo-280", "gpt-4o--key-echo-temperature-230",
+                                   "gpt-4o--key-echo-temperature-200"])
+def test_a_key_quoted_across_the_cut_of_an_error_is_hidden_whole(model: str, providers: ProviderServer) -> None:
+    key = "sk-proj-Q2hhbmdlTWVQbGVhc2UtVGhpc0lzQUtleQ"
+    _, reason, _, error = ask(providers, Case("key", f"openai/{model}", "error", "", "/v1"), [], key=key)
+    assert error is not None and ("rejects temperature" in reason) == ("temperature" in model), reason
+    assert not [key[i:i + 6] for i in range(len(key) - 5) if key[i:i + 6] in reason], reason
 
 
 # -- through the whole plugin ----------------------------------------------------------------------
@@ -227,3 +270,38 @@ def test_an_azure_filter_through_openai_on_prompts_the_baseline_answered_is_newl
         ("filtered", True, FILTERED_400)}
     assert data["gate"]["verdict"] == "fail" and result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["orbench gate: FAIL", "  safe: 5 newly refused, 0 newly answered:"])
+
+
+def test_a_filters_400_bills_nothing_so_the_runs_spend_stays_known(providers: ProviderServer) -> None:
+    # One filtered prompt among priced replies made the run's spend "cost unknown (no litellm price for the model)",
+    # and what --orbench-max-cost left for verification was counted from $0.
+    priced = {"input_cost_per_token": 0.00001, "output_cost_per_token": 0.00001}
+    spec = ModelSpec("openai/gpt-4o--filter-400", providers.url + "/v1", {"temperature": 0.0, "max_tokens": 1000},
+                     timeout=10, api_key="sk-local-not-a-key", call_kwargs=priced)
+    caller = LiteLLMCaller(spec)
+
+    async def run() -> Any:
+        try:
+            return await caller(PROMPT)
+        finally:
+            await caller.aclose()
+
+    reply = asyncio.run(run())
+    assert (reply.finish_reason, reply.cost, reply.prompt_tokens, reply.completion_tokens) == (
+        "content_filter_error", 0.0, 0, 0)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("orbench_env")
+def test_a_400_that_quotes_every_prompt_back_is_still_the_same_400(pytester: pytest.Pytester,
+                                                                 providers: ProviderServer) -> None:
+    # Each prompt's message differs by the quote alone: compared as it was, the same 400 was never "the same", so every
+    # prompt was sent, one at a time (a 4xx keeps the calls alone), and failed.
+    prompt_file(pytester.path / "prompts.csv")
+    model = "gpt-4o--quote-400"
+    before = providers.sent(model)
+    result = pytester.runpytest(*run_args(providers, f"openai/{model}"))
+    assert providers.sent(model) - before == 3
+    result.stdout.fnmatch_lines(["calls: 3 made this run, 0 replies from the store, 3 errors after retries, 7 prompts not "
+                                 "asked (the calls had stopped)*"])
+    assert "so did the first 3 prompts, the same each time" in load(pytester.path / "r.json")["prompts"][9]["error"]

@@ -28,3 +28,6 @@ def test_batch_lines_are_read_as_a_synchronous_reply_would_be() -> None:
     assert read == {"refused": ("I can't help with that.", "refusal"), "thought": ("", "reasoning_only"),
                     "answered": ("An answer.", "stop"), "filtered": ("", "content_filter_error")}
     assert problems == {}
+    # An error response bills nothing: a cost of None would make the whole run's spend unknown.
+    assert {key: (record["cost"], record["usage"]) for key, record in records}["filtered"] == (
+        0.0, {"prompt_tokens": 0, "completion_tokens": 0})

@@ -12,7 +12,7 @@ from pytest_orbench.calls.client import call_with_retries
 from pytest_orbench.calls.errors import RETRY_STATUSES, EndpointError, _chain, describe_failure
 from pytest_orbench.calls.litellm_api import _import_litellm
 from pytest_orbench.calls.prices import Price, price_of
-from pytest_orbench.calls.reply import FILTERED_REQUEST, Reply, no_visible_text, read_message
+from pytest_orbench.calls.reply import Reply, filtered_reply, no_visible_text, read_message
 from pytest_orbench.calls.scrubbing import hide, scrub, secrets_of
 from pytest_orbench.core.endpoint import ModelSpec, provider_of, redact_url
 
@@ -173,7 +173,7 @@ class OpenAIFormat:
                 errors.setdefault(key, line)
         for key, line in errors.items():
             if _filtered(line):
-                records.append((key, {**Reply("", FILTERED_REQUEST).record(), "batch_id": batch_id}))
+                records.append((key, {**filtered_reply().record(), "batch_id": batch_id}))
             else:
                 problems.setdefault(key, _problem(line, batch_id))
         return records, problems

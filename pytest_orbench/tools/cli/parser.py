@@ -10,7 +10,7 @@ from pytest_orbench.tools.cli.judge_names import JUDGE_HELP, JUDGE_MODEL_HELP, P
 
 # The simulator's fault kinds (simulator/completions.py, _fault), named here so the help needs no import of it.
 FAULT_KINDS = ("429", "403", "500", "502", "503", "timeout", "malformed", "not_completion", "disconnect", "trickle",
-               "redirect_loop")
+               "redirect_loop", "context_400", "content_filter_400", "quote_400")
 
 
 def finite_float(text: str) -> float:

@@ -93,13 +93,13 @@ class CompletionHandler(BaseHTTPRequestHandler):
             kind = self.config.faults[int(unit(prompt, f"kind{attempt}") * len(self.config.faults))]
             with self.state.lock:
                 self.state.faults[kind] += 1
-            if self._fault(kind):
+            if self._fault(kind, body):
                 return
         with self.state.lock:
             self.state.completions += 1
         self._answer(prompt, system, body)
 
-    def _fault(self, kind: str) -> bool:
+    def _fault(self, kind: str, request: dict[str, Any]) -> bool:
         if kind == "429":
             self._json(429, {"error": {"message": "Rate limit reached", "type": "rate_limit_error"}},
                        {"Retry-After": f"{self.config.retry_after:g}"})
@@ -109,6 +109,9 @@ class CompletionHandler(BaseHTTPRequestHandler):
             self._json(400, {"error": {"message": "This model's maximum context length is 8192 tokens. However, your "
                                                   "messages resulted in 9021 tokens. Please reduce the length of the messages.",
                                        "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}})
+        elif kind == "quote_400":  # a validation error that quotes the request back (its messages): no filter
+            self._json(400, {"error": {"message": "could not read the request", "type": "invalid_request_error",
+                                       "param": None, "code": None, "input": request}})
         elif kind == "content_filter_400":  # Azure OpenAI's prompt filter, as an OpenAI-compatible route sees it
             self._json(400, {"error": {
                 "message": "The response was filtered due to the prompt triggering Azure OpenAI's content management "

@@ -16,7 +16,7 @@ class MockConfig:
     # A gateway header every request must carry (name, value): 401 otherwise, like a proxy in front of a model.
     required_header: tuple[str, str] | None = field(default=None, repr=False)
     fault_rate: float = 0.0  # share of prompts whose first attempts fail
-    faults: tuple[str, ...] = ("429",)  # 429 | 403 | 500 | 502 | 503 | timeout | malformed | not_completion | disconnect | trickle | redirect_loop | content_filter_400 | context_400
+    faults: tuple[str, ...] = ("429",)  # 429 | 403 | 500 | 502 | 503 | timeout | malformed | not_completion | disconnect | trickle | redirect_loop | content_filter_400 | context_400 | quote_400
     fault_attempts: int = 1  # attempts that fail for a faulty prompt (more than retries: an error)
     # Only these prompts (sha256 of the text, hex) may fault, by fault_rate: a provider's filter or outage that hits
     # the very prompts a change made the model refuse (the never-PASS table aims its faults there). None: any prompt.

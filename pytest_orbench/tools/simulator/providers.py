@@ -6,7 +6,7 @@ and Ollama (`/api/chat`, `/api/generate`): the paths litellm's own adapters buil
 (anthropic/, openai/, azure/, gemini/, ollama_chat/ and ollama/ model strings). The end of the model (or Azure
 deployment) name after "--" picks what the provider does ("claude-sonnet-4-5--refusal"): refuse outside the
 text (a stop reason, a refusal field, a safety block, a 400), fail (overloaded, rate limited), reject a
-parameter, or answer (any other name). Not a model: tests/e2e/test_providers.py drives litellm's real
+parameter, quote the request or the key back in a 400, or answer (any other name). Not a model: tests/e2e/test_providers.py drives litellm's real
 adapters through it.
 """
 
@@ -115,6 +115,18 @@ class ProviderHandler(BaseHTTPRequestHandler):
             return
         if case == "no-such-model":
             self._json(404, UNKNOWN_MODEL)
+            return
+        if case.startswith("key-echo"):  # a gateway's 400 that quotes the key it was sent, after "pad" characters
+            pad = int(case.rsplit("-", 1)[1])
+            words = "Unsupported value: 'temperature' " if "temperature" in case else ""
+            given = self.headers.get("Authorization") or ""
+            self._json(400, {"error": {"message": f"{words}{'x' * (pad - len(words))} {given}", "type": None,
+                                       "param": "temperature" if words else None, "code": None}})
+            return
+        if case == "quote-400":  # a 400 that has nothing to do with a filter, quoting the request (a validation error)
+            prompt = str(body["messages"][-1]["content"])
+            self._json(400, {"error": {"message": f"could not read the request: input {prompt!r}",
+                                       "type": "invalid_request_error", "param": None, "code": None, "input": body}})
             return
         message: dict[str, Any] = {"role": "assistant", "content": ANSWER}
         finish = "stop"
