@@ -1,6 +1,6 @@
 """Benchmarks: is a run bound by the endpoint, not by the plugin? Prints a Markdown table.
 
-    python benchmarks/run.py [--repeats 3] [--only judge|fetch|warm|scale] [--data-dir ../shared/datasets]
+    python benchmarks/run.py [--repeats 3] [--only judge|fetch|xdist|warm|scale] [--data-dir ../shared/datasets]
 
 Everything talks to `orbench mock-server` in its own process on loopback, with injected latency.
 Times are wall-clock seconds of whole commands (process start, imports and all), the median of
@@ -57,15 +57,29 @@ def server_stats(url: str) -> dict[str, object]:
 
 
 def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, str]:
+    elapsed, _, out = timed_cpu(cmd, cwd, env)
+    return elapsed, out
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed_cpu(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, str]:
+    """Wall seconds, CPU seconds (user + system of the command's process tree: pytest, its xdist workers and
+    its fetch processes, every one waited for; not the simulator, a process of its own) and the output."""
+    cpu = _children_cpu()
     start = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired as exc:
         raise RuntimeError(f"timed out after 600 s: {' '.join(cmd)}\n{(exc.stdout or b'')[-2000:]!r}") from None
     elapsed = time.perf_counter() - start
+    cpu = _children_cpu() - cpu
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"{' '.join(cmd[:6])}... exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    return elapsed, proc.stdout
+    return elapsed, cpu, proc.stdout
 
 
 class Rows(list[str]):
@@ -91,13 +105,55 @@ def plugin_cmd(url: str, store: Path, concurrency: int, *extra: str) -> list[str
 
 
 def bare_pytest(n: int, work: Path, env: dict[str, str], *extra: str) -> float:
+    return bare_pytest_cpu(n, work, env, *extra)[0]
+
+
+def bare_pytest_cpu(n: int, work: Path, env: dict[str, str], *extra: str) -> tuple[float, float]:
+    """Wall and CPU seconds of bare pytest on n trivial tests."""
     folder = work / f"bare{n}"
     folder.mkdir(exist_ok=True)
     (folder / "test_bare.py").write_text(
         f"import pytest\n\n@pytest.mark.parametrize('i', range({n}))\ndef test_trivial(i):\n    assert i >= 0\n")
-    elapsed, _ = timed([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *extra, "."],
-                       folder, env)
-    return elapsed
+    elapsed, cpu, _ = timed_cpu([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                                 *extra, "."], folder, env)
+    return elapsed, cpu
+
+
+def xdist_rows(n: int, repeats: int, work: Path, runs: Path, env: dict[str, str]) -> list[str]:
+    """-n 2 against -n 0 at the same (session-wide) concurrency, and xdist's own cost beside them: bare pytest
+    -n 2 against -n 0 on as many trivial tests (two more interpreters, each collecting, six messages per test).
+    All four interleaved in each repeat, so a busy machine weighs on them alike; wall and CPU seconds (the CPU of
+    the process tree: on a shared machine wall time follows the load, CPU time much less)."""
+    rows = []
+    floor: dict[str, list[tuple[float, float]]] = {"0": [], "2": []}
+    for latency, concurrency in ((0.25, 32), (0.05, 64)):
+        serial, parallel, duplicates = [], [], 0
+        for repeat in range(repeats):
+            with mock_server("--latency", str(latency)) as url:
+                serial.append(timed_cpu(plugin_cmd(url, work / f"x0-{latency}-{repeat}", concurrency), runs, env)[:2])
+            with mock_server("--latency", str(latency)) as url:
+                parallel.append(timed_cpu(plugin_cmd(url, work / f"x2-{latency}-{repeat}", concurrency, "-n", "2"),
+                                          runs, env)[:2])
+                duplicates += int(server_stats(url)["duplicates"])  # type: ignore[call-overload]
+            floor["0"].append(bare_pytest_cpu(n, work, env))
+            floor["2"].append(bare_pytest_cpu(n, work, env, "-n", "2"))
+        rows.append(f"| xdist: -n 2 vs -n 0, L={latency}s, C={concurrency} for the session ({duplicates} duplicate calls); "
+                    f"CPU s {_cpu(parallel)} vs {_cpu(serial)} | {summary([w for w, _ in parallel])} | "
+                    f"{summary([w for w, _ in serial])} | +{_median_gap(parallel, serial):.2f}s "
+                    f"(CPU +{_median_gap(parallel, serial, 1):.2f}s) | <= floor + 0.3 s, no duplicates |")
+    rows.append(f"| xdist floor: bare pytest -n 2 vs -n 0, {n} trivial tests, beside the rows above; CPU s {_cpu(floor['2'])} "
+                f"vs {_cpu(floor['0'])} | {summary([w for w, _ in floor['2']])} | {summary([w for w, _ in floor['0']])} | "
+                f"+{_median_gap(floor['2'], floor['0']):.2f}s (CPU +{_median_gap(floor['2'], floor['0'], 1):.2f}s) | "
+                "(xdist's own start) |")
+    return rows
+
+
+def _cpu(runs: list[tuple[float, float]]) -> str:
+    return f"{statistics.median(cpu for _, cpu in runs):.2f}"
+
+
+def _median_gap(a: list[tuple[float, float]], b: list[tuple[float, float]], field: int = 0) -> float:
+    return statistics.median(x[field] for x in a) - statistics.median(x[field] for x in b)
 
 
 JUDGE_SPEED = """
@@ -337,7 +393,7 @@ def scale_rows(sizes: list[int], repeats: int, work: Path, runs: Path, data_dir:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--only", choices=("judge", "fetch", "warm", "scale"), help="run only this part")
+    parser.add_argument("--only", choices=("judge", "fetch", "xdist", "warm", "scale"), help="run only this part")
     parser.add_argument("--sizes", default="2000,10000,40000,80000", help="--only scale: prompts per run")
     parser.add_argument("--data-dir", default=os.environ.get("ORBENCH_DATA_DIR", str(REPO.parent / "shared" / "datasets")))
     args = parser.parse_args()
@@ -361,28 +417,12 @@ def main() -> int:
         return 0
     rows.append("| measurement | plugin s | reference s | ratio | target |")
     rows.append("|---|--:|--:|--:|---|")
-    for latency, concurrency in ((0.25, 32), (0.25, 64), (0.05, 64)) if args.only != "warm" else ():
+    for latency, concurrency in ((0.25, 32), (0.25, 64), (0.05, 64)) if args.only not in ("warm", "xdist") else ():
         rows.append(fetch_pairs(n, latency, concurrency, args.repeats, work, runs, data_dir, env))
 
-    # xdist: -n 2 against -n 0 at the same (session-wide) concurrency, interleaved; and the floor:
-    # what -n 2 costs bare pytest on as many trivial tests (two more interpreters, collected twice).
-    for latency, concurrency in ((0.25, 32), (0.05, 64)) if args.only != "warm" else ():
-        serial, parallel, duplicates = [], [], 0
-        for repeat in range(args.repeats):
-            with mock_server("--latency", str(latency)) as url:
-                serial.append(timed(plugin_cmd(url, work / f"x0-{latency}-{repeat}", concurrency), runs, env)[0])
-            with mock_server("--latency", str(latency)) as url:
-                parallel.append(timed(plugin_cmd(url, work / f"x2-{latency}-{repeat}", concurrency, "-n", "2"), runs, env)[0])
-                duplicates += int(server_stats(url)["duplicates"])  # type: ignore[call-overload]
-        rows.append(f"| xdist: -n 2 vs -n 0, L={latency}s, C={concurrency} for the session ({duplicates} duplicate calls) | "
-                    f"{summary(parallel)} | {summary(serial)} | {statistics.median(parallel) / statistics.median(serial):.2f}x | "
-                    "<= 1.05x, no duplicates |")
     if args.only != "warm":
-        floor_n0 = [bare_pytest(n, work, env) for _ in range(args.repeats)]
-        floor_n2 = [bare_pytest(n, work, env, "-n", "2") for _ in range(args.repeats)]
-        rows.append(f"| xdist floor: bare pytest -n 2 vs -n 0, {n} trivial tests | {summary(floor_n2)} | {summary(floor_n0)} | "
-                    f"+{statistics.median(floor_n2) - statistics.median(floor_n0):.2f}s | (xdist's own start) |")
-    if args.only == "fetch":
+        rows.extend(xdist_rows(n, args.repeats, work, runs, env))
+    if args.only in ("fetch", "xdist"):
         print("\n".join(rows))
         return 0
 
