@@ -1,7 +1,7 @@
 """--orbench-html: a self-contained page, tested in headless Chromium (offline): it loads without console errors
 or network requests, its filters work, both sides' whole replies come from the store (or a note says why not),
 hostile replies stay inert (bidi overrides shown, formulas neutralised in the download), the verdict says why,
-and 80,000 prompts stay usable."""
+and a large page is drawn a page of rows at a time (80,000 prompts: benchmarks/html_page.py)."""
 
 from __future__ import annotations
 
@@ -286,18 +286,24 @@ def test_hostile_replies_stay_inert(run_page: tuple[Path, dict[str, Any]]) -> No
     assert pwned == 0  # no script ran, no element was made from the text (0: true and no img/a/script)
 
 
-def test_eighty_thousand_prompts_stay_usable(tmp_path: Path) -> None:
-    results = many_categories(80_000)
+def test_a_large_page_is_drawn_a_hundred_rows_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The form the page takes past FULL_ROWS prompts (unchanged prompts without text), drawn a page of 100 rows at a
+    # time. Its size and speed at 80,000 prompts are measured by benchmarks/html_page.py, not here.
+    from pytest_orbench.render import html_data
+
+    monkeypatch.setattr(html_data, "FULL_ROWS", 200)
+    results = many_categories(250)
     page = tmp_path / "big.html"
     page.write_text(render_html(results), encoding="utf-8")
-    assert page.stat().st_size < 60_000_000
+    assert "the unchanged ones are listed without their text" in page.read_text(encoding="utf-8")
     seen = check_page(page, [{"rows": "#rows tr"}, {"text": "#count"}, {"select": ["#direction", "all"]},
-                             {"text": "#count"}, {"click": "#next"}, {"rows": "#rows tr"}], timeout=300)
+                             {"text": "#count"}, {"click": "#next"}, {"rows": "#rows tr"}, {"click": "#next"},
+                             {"rows": "#rows tr"}, {"text": "#count"}])
     assert seen["errors"] == []
-    first, count, _, everything, _, second = seen["results"]
-    assert first == 100 and count[0] == "80000 prompts; page 1 of 800"
-    assert everything[0] == "80000 prompts; page 1 of 800" and second == 100
-    assert seen["ms"] < 30_000, seen["ms"]
+    first, count, _, everything, _, second, _, last, at_last = seen["results"]
+    assert first == 100 and count[0] == "250 prompts; page 1 of 3"
+    assert everything[0] == "250 prompts; page 1 of 3" and second == 100
+    assert last == 50 and at_last[0] == "250 prompts; page 3 of 3"
 
 
 def test_with_judge_labels_a_reviewer_marks_verdicts_and_downloads_them(tmp_path: Path) -> None:
