@@ -6,6 +6,7 @@ and a large page is drawn a page of rows at a time (80,000 prompts: benchmarks/h
 from __future__ import annotations
 
 import csv
+import fcntl
 import json
 import os
 import subprocess
@@ -19,6 +20,8 @@ from pytest_orbench.analysis.baseline import baseline_document
 from pytest_orbench.core.store import Store
 from pytest_orbench.judging.labels import load_labels, reply_digest
 from pytest_orbench.render.html import Replies, render_html
+from pytest_orbench.tools.simulator.config import MockConfig
+from pytest_orbench.tools.simulator.server import MockServer
 from tests.action.test_action import many_categories
 from tests.browser import check_page
 from tests.conftest import REPO, load, mock_args
@@ -28,12 +31,26 @@ CAREFUL = REPO / "examples" / "careful-system-prompt.txt"
 HOSTILE = "Bread recipe <script>window.__pwned = 1</script><img src=x onerror=\"window.__pwned = 2\"> [x](javascript:alert(1))"
 
 
-@pytest.fixture(scope="module")
-def run_page(tmp_path_factory: pytest.TempPathFactory, shared_mock: Any, shared_store: Path, data_dir: Path
-             ) -> tuple[Path, dict[str, Any]]:
-    """A regressed run of a sample of Hard-1K and Toxic, plus a file of safe prompts with a hostile one: made once
-    for the module's tests, which only read its page, results and store (pytest in a process of its own)."""
-    folder = tmp_path_factory.mktemp("run-page")
+@pytest.fixture(scope="session")
+def run_page(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> tuple[Path, dict[str, Any]]:
+    """A regressed run of a sample of Hard-1K and Toxic, plus a file of safe prompts with a hostile one (pytest in a
+    process of its own, against a simulator of its own): the page, the results and the store (`store/` beside the
+    page), which the tests only read. Made once per test run: xdist's workers share it (a file lock; the first
+    makes it)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # this run's, shared by its workers
+    folder = root / "orbench-run-page"
+    folder.mkdir(exist_ok=True)
+    with (root / "orbench-run-page.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / "made").is_file():
+            make_run_page(folder, data_dir)
+            (folder / "made").write_text("", encoding="utf-8")
+    return folder / "review.html", load(folder / "r.json")
+
+
+def make_run_page(folder: Path, data_dir: Path) -> None:
     with (folder / "mine.csv").open("w", encoding="utf-8", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(["prompt", "category"])
@@ -44,17 +61,20 @@ def run_page(tmp_path_factory: pytest.TempPathFactory, shared_mock: Any, shared_
     env.update({"ORBENCH_DATA_DIR": str(data_dir), "OPENAI_API_KEY": "sk-test-not-a-real-key",
                 "ORBENCH_CACHE_DIR": str(folder / "cache"), "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
     common = ("--orbench-sample", "120", "--orbench-seed", "9", "--orbench-baseline=base.json",
-              "--orbench-datasets=hard-1k,toxic,mine.csv:answer", f"--orbench-store={shared_store}")
+              "--orbench-datasets=hard-1k,toxic,mine.csv:answer", f"--orbench-store={folder / 'store'}")
+    server = MockServer(MockConfig()).start()
+    try:
+        def orbench(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "pytest", *mock_args(server, *common, *args)], cwd=folder,
+                                  env=env, capture_output=True, text=True, timeout=600)
 
-    def orbench(*args: str) -> int:
-        done = subprocess.run([sys.executable, "-m", "pytest", *mock_args(shared_mock, *common, *args)], cwd=folder,
-                              env=env, capture_output=True, text=True, timeout=600)
-        return done.returncode
-
-    assert orbench("--orbench-update-baseline") == 0
-    assert orbench(f"--orbench-system-prompt-file={CAREFUL}", "--orbench-json", "r.json", "--orbench-html",
-                   "review.html") == 1
-    return folder / "review.html", load(folder / "r.json")
+        done = orbench("--orbench-update-baseline")
+        assert done.returncode == 0, done.stdout[-3000:]
+        done = orbench(f"--orbench-system-prompt-file={CAREFUL}", "--orbench-json", "r.json", "--orbench-html",
+                       "review.html")
+        assert done.returncode == 1, done.stdout[-3000:]
+    finally:
+        server.stop()
 
 
 def test_the_page_loads_offline_and_its_filters_work(run_page: tuple[Path, dict[str, Any]]) -> None:
@@ -92,15 +112,14 @@ SIDES = """[...document.querySelectorAll('#rows tr')].map((tr) => ({id: tr.datas
                                                    note: td.querySelector('.note')?.textContent ?? null}))}))"""
 
 
-def test_every_flip_shows_both_whole_replies_from_the_store(run_page: tuple[Path, dict[str, Any]],
-                                                            shared_store: Path) -> None:
+def test_every_flip_shows_both_whole_replies_from_the_store(run_page: tuple[Path, dict[str, Any]]) -> None:
     page, results = run_page
     baseline = {p["id"]: p for p in load(page.parent / "base.json")["prompts"]}
     seen = check_page(page, [{"eval": SIDES}])
     assert seen["errors"] == []
     (rows,) = seen["results"]
     by_id = {p["id"]: p for p in results["prompts"]}
-    store = Store(shared_store)
+    store = Store(page.parent / "store")
     try:
         texts = [[str(store.get(side["reply_key"])["text"]) for side in (baseline[row["id"]], by_id[row["id"]])]
                  for row in rows]
