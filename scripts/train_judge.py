@@ -79,24 +79,43 @@ def refused(example: Example) -> int:
 
 
 class Data:
-    """Examples with their feature sets, computed once."""
+    """Examples with their feature sets, computed once; the fits made of them, kept (--loso fits the same rows with
+    the same L2 strength many times: choosing the L2 strength when each source is held out, and on everything)."""
 
     def __init__(self, examples: list[Example]) -> None:
         self.examples = examples
         self.features = [features(e.prompt, e.response) for e in examples]
         self.y = np.array([refused(e) for e in examples], dtype=float)
         self.source = [e.source or "-" for e in examples]
+        # Every feature's column, in name order, and each reply's features as its columns in that order.
+        self.names = sorted(set().union(*self.features))
+        column = {f: j for j, f in enumerate(self.names)}
+        self.columns = [np.array(sorted(column[f] for f in found), dtype=np.int64) for found in self.features]
+        self.fits: dict[tuple[tuple[int, ...], float], tuple[float, dict[str, float]]] = {}
 
 
 def _fit(data: Data, rows: Sequence[int], l2: float) -> tuple[float, dict[str, float]]:
-    """L2-penalised logistic regression; every source weighs the same in total."""
-    counts = Counter(f for i in rows for f in data.features[i])
-    vocabulary = {f: j for j, f in enumerate(sorted(f for f, c in counts.items() if c >= MIN_ROWS))}
+    """L2-penalised logistic regression; every source weighs the same in total. The same rows and L2 strength give
+    the same fit: made once."""
+    key = (tuple(rows), l2)
+    if key not in data.fits:
+        data.fits[key] = _fit_once(data, rows, l2)
+    return data.fits[key]
+
+
+def _fit_once(data: Data, rows: Sequence[int], l2: float) -> tuple[float, dict[str, float]]:
+    picked = [data.columns[i] for i in rows]
+    found = np.concatenate(picked) if picked else np.zeros(0, dtype=np.int64)
+    # The features of at least MIN_ROWS of these replies (a reply's features are a set: one count per reply),
+    # numbered in name order.
+    kept = np.bincount(found, minlength=len(data.names)) >= MIN_ROWS
+    number = np.cumsum(kept) - 1
+    names = [data.names[j] for j in np.flatnonzero(kept)]
     per_source = Counter(data.source[i] for i in rows)
     w = np.array([1000.0 / per_source[data.source[i]] for i in rows])
-    cells = [(r, vocabulary[f]) for r, i in enumerate(rows) for f in data.features[i] if f in vocabulary]
-    x = sparse.csr_matrix((np.ones(len(cells)), ([c[0] for c in cells], [c[1] for c in cells])),
-                          shape=(len(rows), len(vocabulary)))
+    row = np.repeat(np.arange(len(rows)), [len(p) for p in picked])
+    cell = kept[found]
+    x = sparse.csr_matrix((np.ones(int(cell.sum())), (row[cell], number[found[cell]])), shape=(len(rows), len(names)))
     y = data.y[list(rows)]
 
     def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
@@ -106,9 +125,8 @@ def _fit(data: Data, rows: Sequence[int], l2: float) -> tuple[float, dict[str, f
         g = w * (p - y)
         return float(value), np.concatenate([[g.sum()], x.T @ g + l2 * theta[1:]])
 
-    theta = minimize(loss, np.zeros(len(vocabulary) + 1), jac=True, method="L-BFGS-B",
+    theta = minimize(loss, np.zeros(len(names) + 1), jac=True, method="L-BFGS-B",
                      options={"maxiter": 5000}).x
-    names = sorted(vocabulary, key=vocabulary.__getitem__)
     weights = {f: round(float(theta[1 + j]), DECIMALS) for j, f in enumerate(names)}
     return round(float(theta[0]), DECIMALS), {f: v for f, v in weights.items() if abs(v) >= SMALLEST}
 

@@ -47,13 +47,16 @@ class Runner:
     is a compromised runner's when the `venv` fixture made it: every run checks that no step ever started it
     (or the run's environment) with its site-packages, where litellm_init.pth would have run."""
 
-    def __init__(self, workspace: Path, temp: Path, python_bin: Path, env: dict[str, str], share_install: bool = True) -> None:
+    def __init__(self, workspace: Path, temp: Path, python_bin: Path, env: dict[str, str],
+                 installed: Path | None = None) -> None:
         self.action = yaml.safe_load((REPO / "action.yml").read_text(encoding="utf-8"))
         self.workspace, self.temp, self.python_bin, self.env = workspace, temp, python_bin, env
         self.stealer_ran = python_bin.parent / "stealer-ran"  # what litellm_init.pth writes when it runs
         if (python_bin.parent / "userbase").is_dir():  # the runner's user site (pip install --user) holds it too
             self.env = {**env, "PYTHONUSERBASE": str(python_bin.parent / "userbase")}
-        self.share_install = share_install  # False: this run's install step builds its own environment
+        # The action's environment as an earlier use of the action in this job left it (its install step finds it
+        # made and installs into it again); None: this runner's first install step makes its own.
+        self.installed = installed
         self.uploaded: list[str] = []  # artifacts uploaded (upload-artifact), by name
 
     def run(self, inputs: dict[str, str], token: str) -> tuple[int, dict[str, str], str]:
@@ -129,11 +132,9 @@ class Runner:
                 assert step["with"]["update-environment"] is False
                 steps[step["id"]] = {"python-path": str(self.python_bin / "python"),
                                      "python-version": platform.python_version()}
-                # The action's own environment, made and installed by its install step once for the module's
-                # tests: each test has its own runner.temp, so a later test finds the first one's linked there.
-                own, first = self.temp / f"orbench-venv-{platform.python_version()}", self.python_bin.parent.parent / "own"
-                if self.share_install and first.is_file() and not own.exists():
-                    own.symlink_to(first.read_text(), target_is_directory=True)
+                own = self.temp / f"orbench-venv-{platform.python_version()}"
+                if self.installed is not None and not own.exists():
+                    own.symlink_to(self.installed, target_is_directory=True)
                 outcomes[step["id"]] = "success"
                 continue
             output = self.temp / f"step-{number}-output"
@@ -151,10 +152,6 @@ class Runner:
                                       cwd=self.workspace, env=env, capture_output=True, text=True, timeout=600)
             log.append(proc.stdout + proc.stderr)
             steps[step.get("id", f"step{number}")] = parse_outputs(output.read_text())
-            if step.get("id") == "install" and proc.returncode == 0 and self.share_install and \
-                    not (self.python_bin.parent.parent / "own").is_file():
-                made = self.temp / f"orbench-venv-{platform.python_version()}"
-                (self.python_bin.parent.parent / "own").write_text(str(made.resolve()))
             outcomes[step.get("id", f"step{number}")] = "success" if proc.returncode == 0 else "failure"
             if proc.returncode != 0 and failed is None:
                 failed = proc.returncode  # the job fails; later steps run only if their `if:` asks for that
@@ -187,9 +184,8 @@ def job_python(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A compromised runner's Python (job_python): the action's install step makes its own environment from it
-    and fills that from the hash-pinned lock (real downloads from PyPI, verified against the committed
-    hashes), once for the module (Runner links it into each test's runner.temp)."""
+    """A compromised runner's Python (job_python), once for the module: the action's install step makes its own
+    environment from it, or finds the one an earlier use of the action in the job made (`installed_action`)."""
     path = tmp_path_factory.mktemp("python") / "job"
     job_python(path)
     # pip builds the checkout in place: a stale build/ of an older layout must not leak into the install
@@ -198,6 +194,66 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         shutil.rmtree(REPO / "build", ignore_errors=True)
     return path / "bin"
+
+
+def install_key() -> str:
+    """What the action's environment is made of, besides this checkout (which the install step installs again
+    at every use of the action): the lock, the install step's commands and the Python that runs them."""
+    action = yaml.safe_load((REPO / "action.yml").read_text(encoding="utf-8"))
+    (step,) = [step for step in action["runs"]["steps"] if step.get("id") == "install"]
+    digest = hashlib.sha256()
+    for part in ((REPO / "action" / "requirements.lock").read_bytes(), step["run"].encode(), sys.version.encode(),
+                 sys.base_prefix.encode(), platform.machine().encode()):
+        digest.update(hashlib.sha256(part).digest())
+    return digest.hexdigest()[:16]
+
+
+def make_action_environment(folder: Path) -> Path:
+    """The action's setup-python and install steps, as a job's first use of the action runs them: a fresh
+    environment filled from the hash-pinned lock (real downloads from PyPI, each file checked against the
+    committed sha256), then this checkout; from a compromised runner's Python (Runner checks that no step ran
+    its litellm_init.pth). The environment made."""
+    workspace, temp = folder / "repo", folder / "runner-temp"
+    workspace.mkdir(parents=True)
+    temp.mkdir()
+    runner = Runner(workspace, temp, job_python(folder / "job"),
+                    {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GITHUB_"))})
+    runner.action["runs"]["steps"] = [step for step in runner.action["runs"]["steps"]
+                                      if step.get("id") in ("python", "install")]
+    runner.action["outputs"] = {}
+    code, _, log = runner.run({}, "token")
+    assert code == 0, log
+    (made,) = temp.glob("orbench-venv-*")
+    assert (made / "bin" / "python").exists() and not made.is_symlink()
+    return made
+
+
+@pytest.fixture(scope="session")
+def installed_action(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The action's environment as its install step made it from the lock (make_action_environment), as a later
+    use of the action in the same job finds it. Made once, not once per test: kept in pytest's cache under
+    install_key (a changed lock, install step or Python makes it again; `--cache-clear` too), under a file lock so
+    that xdist's workers make it once between them. Each session (each xdist worker) gets its own hard-linked
+    copy: every use of the action installs this checkout into it again, and the cached one is never written."""
+    cache: pytest.Cache | None = getattr(request.config, "cache", None)
+    root = cache.mkdir("orbench-action-env") if cache is not None else \
+        Path(tempfile.gettempdir()) / f"orbench-action-env-{hashlib.sha256(bytes(REPO)).hexdigest()[:12]}"
+    root.mkdir(parents=True, exist_ok=True)
+    made = root / install_key()
+    copy = tmp_path_factory.mktemp("action-env") / "env"
+    with (root / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (made / "made").is_file():
+            for old in root.iterdir():  # an environment of an older lock or install step, or a make cut short
+                if old.is_dir():
+                    shutil.rmtree(old)
+            environment = make_action_environment(made)
+            (made / "made").write_text(str(environment.relative_to(made)), encoding="utf-8")
+        environment = made / (made / "made").read_text(encoding="utf-8")
+        # Hard links: the copy's own folders, sharing the files that no use of the action rewrites in place
+        # (pip replaces a package's files, it never writes into them).
+        shutil.copytree(environment, copy, symlinks=True, copy_function=os.link)
+    return copy
 
 
 def user_repository(workspace: Path) -> None:
@@ -239,7 +295,8 @@ def github() -> Iterator[FakeGitHub]:
 @pytest.mark.slow
 @pytest.mark.usefixtures("orbench_env")
 def test_action_fails_a_regressing_pr_passes_the_fix_and_edits_one_comment(
-    tmp_path: Path, venv: Path, github: FakeGitHub, mock: Any,
+    tmp_path: Path, venv: Path, installed_action: Path, github: FakeGitHub, mock: Any,
+    mock_factory: Any,
 ) -> None:
     workspace, temp = tmp_path / "repo", tmp_path / "runner-temp"
     workspace.mkdir()
@@ -257,8 +314,8 @@ def test_action_fails_a_regressing_pr_passes_the_fix_and_edits_one_comment(
     # to another version: the gate run never loads it, and pip check does not warn about its conflict.
     runner_site = runner_packages(tmp_path / "runner-site")
     env["PYTHONPATH"] = str(runner_site)
-    sample = "--orbench-sample 150 --orbench-seed 5 --orbench-datasets hard-1k,toxic"
-    runner = Runner(workspace, temp, venv, env)
+    sample = "--orbench-sample 40 --orbench-seed 5 --orbench-datasets hard-1k,toxic"
+    runner = Runner(workspace, temp, venv, env, installed_action)
     inputs = {"model": "openai/orbench-mock", "api-base": mock.url, "baseline": "baseline.json",
               "system-prompt-file": "prompts/system.txt", "pytest-args": sample}
     # The team's committed baseline, made once from the production system prompt (the first run of the
@@ -319,7 +376,7 @@ def test_action_fails_a_regressing_pr_passes_the_fix_and_edits_one_comment(
     # Each use of the action has its own files (two uses in one job never read each other's results).
     assert Path(outputs["results-path"]).parent.parent == temp and outputs["results-path"] != first_results
     fixed = json.loads(Path(outputs["results-path"]).read_text())
-    assert fixed["run"]["seed"] == 5 and fixed["run"]["sample"] == 150
+    assert fixed["run"]["seed"] == 5 and fixed["run"]["sample"] == 40
     assert "2 workers" in log or "created: 2/2 workers" in log, log
     assert float(outputs["over-refusal-rate"]) == pytest.approx(fixed["datasets"]["hard-1k"]["rejection_rate"], abs=1e-4)
     assert outputs["over-refusal-delta"] == "0.0000" and outputs["toxic-rejection-delta"] == "0.0000"
@@ -327,11 +384,24 @@ def test_action_fails_a_regressing_pr_passes_the_fix_and_edits_one_comment(
     assert "the repository's own action" not in log  # the user's `action` package never ran
     assert "flask" not in log  # neither their tests nor their conftest.py were imported
 
-    # The next push tries another model version: the same comment is edited, no stale one is left.
-    code, outputs, log = runner.run({**inputs, "model": "openai/orbench-mock-2026"}, github.token)
-    assert code in (0, 1), log
+    # The next push tries another model version, behind an endpoint whose replies a keyword judge cannot always
+    # settle, with the hybrid judge (and so without the baseline, which the keyword judge made): the same comment
+    # is edited, no stale one is left, and the judge inputs reach the run and the comment.
+    ambiguous = mock_factory(ambiguous_rate=0.3)
+    code, outputs, log = runner.run({**inputs, "model": "openai/orbench-mock-2026", "api-base": ambiguous.url,
+                                     "baseline": "", "judge": "hybrid", "judge-model": "openai/orbench-judge",
+                                     "judge-api-base": ambiguous.url}, github.token)
+    assert code == 0 and outputs["verdict"] == "ungated", log
     assert len(github.comments) == 1 and outputs["comment-url"] == comment["html_url"]
-    assert "openai/orbench-mock-2026" in github.comments[comment["id"]]["body"]
+    body = github.comments[comment["id"]]["body"]
+    assert "openai/orbench-mock-2026" in body
+    results = json.loads(Path(outputs["results-path"]).read_text())
+    version = f"{KeywordJudge().version}+1"
+    assert {k: results["run"]["judge"][k] for k in ("id", "version", "model")} == {
+        "id": "hybrid", "version": version, "model": "openai/orbench-judge"}
+    sent = results["run"]["judge_calls"]["sent_to_llm"]
+    assert sent == stats(ambiguous.url)["judge_requests"] > 0
+    assert f"judge hybrid v{version} (openai/orbench-judge), {sent} replies read by the LLM judge" in body
 
     # A fork's read-only token: the comment cannot be posted, the passing job stays passing.
     github.read_only = True
@@ -391,7 +461,7 @@ def test_an_install_that_fails_marks_the_earlier_verdict_inconclusive(tmp_path: 
     config_id = from_env({**env, "ORBENCH_RESULTS_PATH": "r.json", "ORBENCH_COMMENT_KEY": "gpt"}).config_id
     earlier = github.add_comment(42, f"{marker(config_id)}\n### OR-Bench over-refusal check: ✅ **pass**", github.author)
     someone = github.add_comment(42, f"quoting {marker(config_id)}", "alice")  # a person's comment is never edited
-    code, outputs, log = Runner(workspace, temp, venv, env, share_install=False).run(
+    code, outputs, log = Runner(workspace, temp, venv, env).run(
         {"model": "openai/orbench-mock", "baseline": "baseline.json", "comment-key": "gpt"}, github.token)
     # The provider key is for the Run step: pip (and ensurepip) started without it, and no step that needs no key
     # kept it (ORBENCH_COMMENT_KEY, named like one, is kept: the comment below is still found as this job's).
@@ -432,7 +502,7 @@ def test_system_site_packages_refuses_a_compromised_runner_before_any_step_holds
                 "OPENAI_API_KEY": "sk-provider-key-4242"})  # the workflow's `env:` on the step that uses the action
     config_id = from_env({**env, "ORBENCH_RESULTS_PATH": "r.json"}).config_id
     earlier = github.add_comment(42, f"{marker(config_id)}\n### OR-Bench over-refusal check: ✅ **pass**", github.author)
-    runner = Runner(workspace, temp, python_bin, env, share_install=False)
+    runner = Runner(workspace, temp, python_bin, env)
     code, outputs, log = runner.run({"model": "openai/orbench-mock", "system-site-packages": "true"}, github.token)
     assert code != 0 and outputs["verdict"] == "inconclusive", log
     user_site = sysconfig.get_path("purelib", sysconfig.get_preferred_scheme("user"),
@@ -451,33 +521,6 @@ def test_system_site_packages_refuses_a_compromised_runner_before_any_step_holds
     # The planted .pth is live: the environment started with its site-packages runs it, key and all.
     subprocess.run([str(made / "bin" / "python"), "-c", "pass"], env=runner.env, check=True)
     assert "OPENAI_API_KEY" in runner.stealer_ran.read_text(encoding="utf-8")
-
-
-@pytest.mark.slow  # shares the module's installed environment with the other slow tests here: same worker
-@pytest.mark.usefixtures("orbench_env")
-def test_action_judge_inputs_reach_the_run_and_the_comment(tmp_path: Path, venv: Path, github: FakeGitHub, mock_factory: Any) -> None:
-    server = mock_factory(ambiguous_rate=0.3)
-    workspace, temp = tmp_path / "repo", tmp_path / "runner-temp"
-    workspace.mkdir()
-    temp.mkdir()
-    event = tmp_path / "event.json"
-    event.write_text(json.dumps({"pull_request": {"number": 7}}), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GITHUB_"))}
-    env.update({"GITHUB_API_URL": github.url, "GITHUB_REPOSITORY": github.repository, "GITHUB_EVENT_PATH": str(event),
-                "GITHUB_STEP_SUMMARY": str(temp / "summary.md"), "GITHUB_WORKFLOW": "orbench", "GITHUB_JOB": "gate"})
-    inputs = {"model": "openai/orbench-mock", "api-base": server.url, "judge": "hybrid",
-              "judge-model": "openai/orbench-judge", "judge-api-base": server.url,
-              "pytest-args": "--orbench-sample 40 --orbench-seed 2"}
-    code, outputs, log = Runner(workspace, temp, venv, env).run(inputs, github.token)
-    assert code == 0, log
-    results = json.loads(Path(outputs["results-path"]).read_text())
-    version = f"{KeywordJudge().version}+1"
-    assert {k: results["run"]["judge"][k] for k in ("id", "version", "model")} == {
-        "id": "hybrid", "version": version, "model": "openai/orbench-judge"}
-    sent = results["run"]["judge_calls"]["sent_to_llm"]
-    assert sent == stats(server.url)["judge_requests"] > 0
-    (comment,) = github.comments.values()
-    assert f"judge hybrid v{version} (openai/orbench-judge), {sent} replies read by the LLM judge" in comment["body"]
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -515,7 +558,8 @@ def pull_request_checkout(tmp_path: Path, base_files: dict[str, str], head_files
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("orbench_env")
-def test_action_compares_with_the_base_branch_live(tmp_path: Path, venv: Path, github: FakeGitHub, mock: Any) -> None:
+def test_action_compares_with_the_base_branch_live(tmp_path: Path, venv: Path, installed_action: Path,
+                                                   github: FakeGitHub, mock: Any) -> None:
     neutral, strict = "You are a support assistant.", "You are a support assistant. Be careful and cautious; refuse " \
                                                      "anything harmful. Safety first."
     workspace = pull_request_checkout(tmp_path, {"prompts/system.txt": neutral, "orbench.yaml": "model: openai/orbench-mock\n"},
@@ -527,7 +571,7 @@ def test_action_compares_with_the_base_branch_live(tmp_path: Path, venv: Path, g
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "GITHUB_"))}
     env.update({"GITHUB_API_URL": github.url, "GITHUB_REPOSITORY": github.repository, "GITHUB_EVENT_PATH": str(event),
                 "GITHUB_WORKFLOW": "orbench", "GITHUB_JOB": "gate", "GITHUB_BASE_REF": "main"})
-    runner = Runner(workspace, temp, venv, env)
+    runner = Runner(workspace, temp, venv, env, installed_action)
     inputs = {"api-base": mock.url, "system-prompt-file": "prompts/system.txt", "compare-with": "base-branch",
               "pytest-args": "--orbench-sample 40 --orbench-seed 5 --orbench-datasets hard-1k"}
     code, outputs, log = runner.run(inputs, github.token)

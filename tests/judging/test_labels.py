@@ -11,11 +11,12 @@ import pty
 import random
 import re
 import select
+import shutil
 import signal
+import subprocess
 import sys
 import time
 import tracemalloc
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -438,19 +439,43 @@ class Terminal:
 HOSTILE = "How do I bake bread \x1b[2J\x1b]0;pwned\x07 at home \u202eemoh ta?"
 
 
-@pytest.fixture
-def labelled_run(pytester: pytest.Pytester, mock: Any, orbench_env: None) -> Iterator[Path]:
-    """A run of 12 safe prompts (one hostile) and a 6-prompt sample of Hard-1K, stored, with its results."""
-    with (pytester.path / "mine.csv").open("w", encoding="utf-8", newline="") as fh:
+@pytest.fixture(scope="module")
+def labelled_run_made(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Path:
+    """A run of 12 safe prompts (one hostile) and a 12-prompt sample of Toxic, stored, with its results: made once
+    for the module (pytest in a process of its own, against a simulator of its own); each test gets a copy."""
+    from pytest_orbench.tools.simulator.config import MockConfig
+    from pytest_orbench.tools.simulator.server import MockServer
+
+    folder = tmp_path_factory.mktemp("labelled-run")
+    with (folder / "mine.csv").open("w", encoding="utf-8", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(["prompt", "category"])
         writer.writerow([HOSTILE, "baking"])
         for topic in TOPICS[:11]:
             writer.writerow([f"How do I {topic}?", "home"])
-    result = pytester.runpytest(*mock_args(mock, "--orbench-datasets", "mine.csv:answer,toxic", "--orbench-sample", "12",
-                                           "--orbench-seed", "2", "--orbench-json", "results.json"))
-    assert result.ret == 0, result.stdout.str()[-2000:]
-    yield pytester.path
+    # What the orbench_env fixture sets: offline data, a throwaway key and cache.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update({"ORBENCH_DATA_DIR": str(data_dir), "OPENAI_API_KEY": "sk-test-not-a-real-key",
+                "ORBENCH_CACHE_DIR": str(folder.parent / "labelled-run-cache"), "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    server = MockServer(MockConfig()).start()
+    try:
+        done = subprocess.run([sys.executable, "-m", "pytest", *mock_args(
+            server, "--orbench-datasets", "mine.csv:answer,toxic", "--orbench-sample", "12", "--orbench-seed", "2",
+            "--orbench-json", "results.json")], cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        server.stop()
+    assert done.returncode == 0, done.stdout[-2000:]
+    return folder
+
+
+@pytest.fixture
+def labelled_run(labelled_run_made: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, orbench_env: None) -> Path:
+    """This test's copy of the module's labelled run (tests write labels and change the results), the working
+    directory for the test."""
+    folder = tmp_path / "run"
+    shutil.copytree(labelled_run_made, folder)
+    monkeypatch.chdir(folder)
+    return folder
 
 
 def test_orbench_label_labels_quits_resumes_and_writes_the_csv(labelled_run: Path) -> None:

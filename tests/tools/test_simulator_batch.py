@@ -140,16 +140,32 @@ def test_a_client_that_resets_its_connection_leaves_no_traceback(mock: MockServe
     (the demo's) stays clean, and it keeps serving."""
     import socket
     import struct
-    import time
+    import threading
     from urllib.parse import urlsplit
 
+    # Each connection's handler thread ends by shutting its socket down, after any traceback it printed.
+    ended: list[object] = []
+    all_ended = threading.Event()
+    shutdown_request = mock.httpd.shutdown_request
+
+    def count_the_end(request: object) -> None:
+        shutdown_request(request)
+        ended.append(request)
+        if len(ended) == 3:
+            all_ended.set()
+
+    mock.httpd.shutdown_request = count_the_end  # type: ignore[method-assign]
     parts = urlsplit(mock.url)
     for _ in range(3):
         conn = socket.create_connection((parts.hostname, parts.port))
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = RST
         conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-        time.sleep(0.05)
+        answer = b""
+        while b"\r\n\r\n" not in answer:  # answered: the server now waits on the kept-alive connection
+            chunk = conn.recv(65536)
+            assert chunk, answer
+            answer += chunk
         conn.close()
-    time.sleep(0.2)
+    assert all_ended.wait(60), ended
     assert stats(mock.url)["requests"] == 0  # still serving
     assert "Traceback" not in capfd.readouterr().err
