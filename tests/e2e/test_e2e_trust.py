@@ -5,7 +5,7 @@ secrets in nested settings and in URLs, and the small truths of the summary; lit
 from __future__ import annotations
 
 import csv
-import time
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,14 @@ def write_set(path: Path, prompts: list[str]) -> None:
         writer.writerow(["prompt", "category"])
         for i, prompt in enumerate(prompts):
             writer.writerow([prompt, f"c{i % 3}"])
+
+
+def age_the_store(store: Path, hours: float) -> None:
+    """Every stored reply made older by `hours` (the store's own `created` column): the age a test would otherwise
+    wait for."""
+    with sqlite3.connect(store / "responses.sqlite3") as conn:
+        assert conn.execute("UPDATE responses SET created = created - ?", (hours * 3600,)).rowcount > 0
+    conn.close()
 
 
 def answered_by_default(data_dir: Path, *, flip: bool, count: int, skip: int = 0) -> list[str]:
@@ -222,13 +230,13 @@ def test_a_provider_update_behind_the_same_name_is_caught_once_the_store_is_too_
     try:
         stale = pytester.runpytest(*mock_args(new, *sets))
         assert stats(new.url)["completions"] == 0 and stale.ret == 0  # replayed from the store: blind to it
-        time.sleep(1.1)
-        fresh = pytester.runpytest(*mock_args(new, *sets, "--orbench-store-max-age", "1s", "--orbench-json", "r.json"))
+        age_the_store(pytester.path / ".orbench", hours=2)  # as if the baseline's replies were stored two hours ago
+        fresh = pytester.runpytest(*mock_args(new, *sets, "--orbench-store-max-age", "1h", "--orbench-json", "r.json"))
         assert stats(new.url)["completions"] == 30
     finally:
         new.stop()
     fresh.stdout.fnmatch_lines([
-        "orbench: 30 prompts, 0 stored, 30 to fetch*(30 stored replies older than 1s are asked again)",
+        "orbench: 30 prompts, 0 stored, 30 to fetch*(30 stored replies older than 1h are asked again)",
         "orbench gate: FAIL",
         "  changed: served model: orbench-mock-2026-01-15 → orbench-mock-2026-03-01 (both openai/orbench-mock)",
         "  changed: system fingerprint: fp_orbench_1 → fp_orbench_2 (both openai/orbench-mock)",
@@ -236,7 +244,7 @@ def test_a_provider_update_behind_the_same_name_is_caught_once_the_store_is_too_
     data = load(pytester.path / "r.json")
     assert data["datasets"]["mini"]["comparison"]["newly_refused"] >= 10
     assert {p["served_model"] for p in data["prompts"]} == {"orbench-mock-2026-03-01"}
-    assert data["run"]["store_max_age"] == "1s"
+    assert data["run"]["store_max_age"] == "1h"
 
 
 def test_a_target_whose_code_changed_is_asked_again_under_a_new_revision(
