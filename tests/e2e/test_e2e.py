@@ -136,9 +136,10 @@ def test_errors_after_last_retry_are_errors_not_verdicts(pytester: pytest.Pytest
 
 
 def test_timeouts_are_retried(pytester: pytest.Pytester, mock_factory: Any) -> None:
-    server = mock_factory(fault_rate=0.5, faults=("timeout",), fault_attempts=1, hang=3)
+    # A hung call answers after 30 s, far past the 2 s timeout; every other call has 2 s, however busy the machine.
+    server = mock_factory(fault_rate=0.5, faults=("timeout",), fault_attempts=1, hang=30)
     result = pytester.runpytest(*mock_args(server, "--orbench-datasets", "toxic", "--orbench-sample", "6",
-                                           "--orbench-seed", "2", "--orbench-timeout", "0.5"))
+                                           "--orbench-seed", "2", "--orbench-timeout", "2"))
     assert stats(server.url)["faults"].get("timeout", 0) > 0
     outcomes = result.parseoutcomes()
     assert "errors" not in outcomes and outcomes.get("passed", 0) + outcomes.get("xfailed", 0) == 6

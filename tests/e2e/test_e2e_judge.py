@@ -360,11 +360,13 @@ def test_an_unreachable_judge_stops_the_judge_calls_at_once(pytester: pytest.Pyt
 def test_a_judge_that_never_answers_is_not_asked_for_every_reply(pytester: pytest.Pytester, mock_factory: Any) -> None:
     # Each reply's judge call took (retries + 1) x timeout on a hung judge endpoint: hours for a run.
     endpoint = mock_factory()
-    judge = mock_factory(fault_rate=1.0, faults=("timeout",), fault_attempts=99, hang=5)
+    # The judge answers after 30 s, far past the 2 s timeout, which the endpoint's calls (the same setting) keep to
+    # however busy the machine.
+    judge = mock_factory(fault_rate=1.0, faults=("timeout",), fault_attempts=99, hang=30)
     result = pytester.runpytest(*mock_args(endpoint, "--orbench-datasets", "toxic", "--orbench-sample", "10",
-                                           "--orbench-seed", "1", "--orbench-concurrency", "2", "--orbench-timeout", "0.5",
+                                           "--orbench-seed", "1", "--orbench-concurrency", "2", "--orbench-timeout", "2",
                                            "--orbench-retries", "1", "--orbench-json", "r.json"), *judge_args(judge))
     assert result.parseoutcomes()["errors"] == 10 and stats(endpoint.url)["completions"] == 10
     assert stats(judge.url)["requests"] <= 4  # the two judge calls in flight, each tried twice
-    result.stdout.fnmatch_lines(["*no judgement for toxic-*judge not asked: timed out after 0.5 s (no judge call was "
+    result.stdout.fnmatch_lines(["*no judgement for toxic-*judge not asked: timed out after 2 s (no judge call was "
                                  "answered, so no more are made)*"])
