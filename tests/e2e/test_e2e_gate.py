@@ -118,13 +118,16 @@ def test_gate_is_decided_once_under_xdist(pytester: pytest.Pytester, shared_base
     assert data["datasets"]["hard-1k"]["comparison"]["n"] == 100
 
 
-def test_sampled_run_reuses_the_baseline_seed_and_reports_detectable_change(pytester: pytest.Pytester, mock: Any) -> None:
-    pytester.runpytest(*mock_args(mock, "--orbench-sample", "40", "--orbench-baseline", "b.json", "--orbench-update-baseline"))
+def test_sampled_run_reuses_the_baseline_seed_and_reports_detectable_change(pytester: pytest.Pytester,
+                                                                           shared_baseline: SharedBaseline) -> None:
+    shared_baseline.use(pytester.path, "b.json")
     seed = load(pytester.path / "b.json")["run"]["seed"]
-    result = pytester.runpytest(*mock_args(mock, "--orbench-sample", "40", "--orbench-baseline", "b.json", "--orbench-json", "r.json"))
+    result = pytester.runpytest(*mock_args(shared_baseline.server, "--orbench-sample", "100", "--orbench-baseline", "b.json",
+                                           "--orbench-json", "r.json"))  # no --orbench-seed: the baseline's
     data = load(pytester.path / "r.json")
-    assert data["run"]["seed"] == seed and data["datasets"]["hard-1k"]["comparison"]["n"] == 40
-    result.stdout.fnmatch_lines(["*warning: hard-1k: this sample of 40 paired prompts can only detect an increase of about*"])
+    assert data["run"]["seed"] == seed and data["datasets"]["hard-1k"]["comparison"]["n"] == 100
+    assert data["run"]["calls"]["made"] == 0  # the baseline's own prompts, every reply stored
+    result.stdout.fnmatch_lines(["*warning: hard-1k: this sample of 100 paired prompts can only detect an increase of about*"])
 
 
 def test_bad_baselines_fail_before_any_call(pytester: pytest.Pytester, mock: Any) -> None:
@@ -174,11 +177,11 @@ def test_damaged_baseline_is_a_usage_error_before_any_call_and_unusable_input_to
 
 def test_errors_within_budget_pass_beyond_it_inconclusive(pytester: pytest.Pytester, mock_factory: Any) -> None:
     server = mock_factory(fault_rate=0.02, faults=("503",), fault_attempts=99)
-    args = ("--orbench-datasets", "hard-1k", "--orbench-sample", "400", "--orbench-seed", "3", "--orbench-retries", "0",
+    args = ("--orbench-datasets", "hard-1k", "--orbench-sample", "200", "--orbench-seed", "3", "--orbench-retries", "0",
             "--orbench-json", "r.json")
     within = pytester.runpytest(*mock_args(server, *args, "--orbench-error-budget", "0.05"))
     errors = load(pytester.path / "r.json")["datasets"]["hard-1k"]["errors"]
-    assert 0 < errors < 0.05 * 400
+    assert 0 < errors < 0.05 * 200
     assert within.parseoutcomes()["errors"] == errors and within.ret == 0
     within.stdout.fnmatch_lines([f"{errors} endpoint errors are within the error budget (5.0%)*"])
     beyond = pytester.runpytest(*mock_args(server, *args, "--orbench-error-budget", "0.001"))
