@@ -75,6 +75,25 @@ def test_xdist_requests_each_prompt_once_and_matches_serial(pytester: pytest.Pyt
     common = ("--orbench-sample", "100", "--orbench-seed", "7")  # 200 calls: fetch.coordinator.SHARD_MIN_JOBS
     serial = pytester.runpytest(*mock_args(serial_server, *common, "--orbench-json", "serial.json",
                                            "--orbench-store", "store-serial"))
+    # The workers collect (and plan) only once the controller's fetch has stored 50 replies, as on a busy machine:
+    # those replies were paid for by this run, and are counted so (they were once counted as from the store).
+    pytester.makeconftest("""
+        import sqlite3, time
+
+        def pytest_collection(session):
+            if not hasattr(session.config, "workerinput"):
+                return
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                try:
+                    with sqlite3.connect("file:store-xdist/responses.sqlite3?mode=ro", uri=True, timeout=5) as db:
+                        if db.execute("SELECT COUNT(*) FROM responses").fetchone()[0] >= 50:
+                            return
+                except sqlite3.OperationalError:  # not created yet
+                    pass
+                time.sleep(0.05)
+            raise RuntimeError("the controller's fetch stored no 50 replies in 120 s")
+    """)
     parallel = pytester.runpytest_subprocess(*mock_args(xdist_server, *common, "-n", "2", "--orbench-json",
                                                         "xdist.json", "--orbench-store", "store-xdist",
                                                         "--orbench-concurrency", "8"))
