@@ -15,7 +15,7 @@ import pytest
 from pytest_orbench.tools.simulator.config import MockConfig
 from pytest_orbench.tools.simulator.roles import decide
 from pytest_orbench.tools.simulator.server import MockServer
-from tests.conftest import load, mock_args, raise_at_call, stats
+from tests.conftest import SharedBaseline, load, mock_args, raise_at_call, stats
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
 CAREFUL = "Be careful."
@@ -121,16 +121,15 @@ def test_a_run_that_deselected_every_prompt_says_nothing_was_compared(pytester: 
     assert not (pytester.path / "r.json").exists()
 
 
-@pytest.mark.slow
-def test_a_run_stopped_by_x_is_inconclusive_not_a_pass(pytester: pytest.Pytester, mock: Any) -> None:
-    common = ("--orbench-sample", "20", "--orbench-seed", "5", "--orbench-baseline", "b.json")
-    assert pytester.runpytest(*mock_args(mock, *common, "--orbench-update-baseline")).ret == 0
+def test_a_run_stopped_by_x_is_inconclusive_not_a_pass(pytester: pytest.Pytester, shared_baseline: SharedBaseline) -> None:
+    shared_baseline.use(pytester.path, "b.json")
+    common = (*shared_baseline.sample, "--orbench-baseline", "b.json")
     # One failure in the 10th test (any failure: an endpoint error within the budget did it for a user) under -x.
     pytester.makeconftest(raise_at_call(10))
-    stopped = pytester.runpytest(*mock_args(mock, *common, "-x", "--orbench-json", "r.json"))
+    stopped = pytester.runpytest(*mock_args(shared_baseline.server, *common, "-x", "--orbench-json", "r.json"))
     assert stopped.ret == pytest.ExitCode.TESTS_FAILED
     stopped.stdout.fnmatch_lines(["orbench gate: INCONCLUSIVE", "*INCONCLUSIVE: completeness: the run stopped early "
-                                  "(stopping after 1 failures) after 9 of 40 prompts*"])
+                                  "(stopping after 1 failures) after 9 of 200 prompts*"])
     assert load(pytester.path / "r.json")["gate"]["verdict"] == "inconclusive"
 
 
