@@ -216,6 +216,9 @@ def fetch_pairs(n: int, latency: float, concurrency: int, repeats: int, work: Pa
             started = time.time()
             plugin.append(timed(plugin_cmd(url, work / f"store-{latency}-{concurrency}-{repeat}", concurrency), runs, env)[0])
             plugin_first.append(first_request(url, started) or float("nan"))
+            served = server_stats(url)
+            # One call per prompt at scale (the test suite proves the exact counts on a sample of 200).
+            assert served["completions"] == n and served["duplicates"] == 0, served
         with mock_server("--latency", str(latency)) as url:
             started = time.time()
             bare.append(timed([sys.executable, str(HERE / "bare_client.py"), url, str(concurrency),

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -129,3 +133,53 @@ def raise_at_call(n: int, exc: str = 'RuntimeError("boom")') -> str:
             if len(SEEN) == {n}:
                 raise {exc}
     """
+
+
+def subprocess_env(folder: Path) -> dict[str, str]:
+    """What `orbench_env` sets, for a pytest run in a process of its own started by a fixture wider than a test
+    (which monkeypatch cannot reach); without this suite's own PYTEST_* variables."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
+    return {**env, "ORBENCH_DATA_DIR": str(DATA_DIR), "OPENAI_API_KEY": "sk-test-not-a-real-key",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True", "ORBENCH_CACHE_DIR": str(folder / "cache")}
+
+
+@dataclass(frozen=True)
+class SharedBaseline:
+    """A baseline of the default configuration (no system prompt) and the store holding its replies, written once
+    per pytest session (per xdist worker) by `pytest --orbench-update-baseline` in a process of its own, against
+    the session's simulator `server`. Tests only read it: `use` copies both into a test's folder."""
+
+    server: MockServer
+    folder: Path  # baseline.json, and store/ with the replies
+    made: subprocess.CompletedProcess[str]  # the run that wrote it (its terminal output is checked once)
+    # 100 per dataset, seed 211: Hard-1K holds 11 prompts "Be careful." makes the simulator refuse (16 for
+    # examples/careful-system-prompt.txt), Toxic 8 that "Be helpful." makes it answer: enough for a FAIL each.
+    sample: tuple[str, ...] = ("--orbench-sample", "100", "--orbench-seed", "211")
+
+    def use(self, path: Path, name: str = "baseline.json") -> None:
+        """`name` and the store as the default `.orbench` in `path` (a pytester folder): the baseline's side of
+        every flip is stored there, and this test's own calls go to its copy only."""
+        shutil.copy2(self.folder / "baseline.json", path / name)
+        shutil.copytree(self.folder / "store", path / ".orbench")
+
+
+@pytest.fixture(scope="session")
+def shared_server() -> Iterator[MockServer]:
+    """One simulator for the session's readers of `shared_baseline` (its /stats: read differences only, and
+    never change its config)."""
+    server = MockServer(MockConfig()).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def shared_baseline(shared_server: MockServer, tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> SharedBaseline:
+    folder = tmp_path_factory.mktemp("shared-baseline")
+    shared = SharedBaseline(shared_server, folder, subprocess.CompletedProcess([], 0))
+    made = subprocess.run([sys.executable, "-m", "pytest", *mock_args(shared_server, *shared.sample,
+                                                                      "--orbench-baseline", "baseline.json",
+                                                                      "--orbench-update-baseline",
+                                                                      f"--orbench-store={folder / 'store'}")],
+                          cwd=folder, env=subprocess_env(folder), capture_output=True, text=True, timeout=600)
+    assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
+    return SharedBaseline(shared_server, folder, made)

@@ -91,6 +91,18 @@ class Coordinator:
         # offline=True keeps the stored replies that still need a judge call in plan.stored
         return make_plan(self.open_store(), self.judge, requests, self.fresh_after, offline=True)
 
+    def _leave_this_runs_replies(self, plan: Plan) -> None:
+        """An xdist worker plans once it has collected, while the controller's fetch may have stored replies
+        already (many, on a busy machine): those were paid for in this run, not read from the store. They are
+        waited for as the rest, whose outcome says so (else `calls` counted them as stored: "271 made" of 300)."""
+        assert self.store is not None
+        state = self.store.run_state(self.run_id)  # read after the plan: a run not started by then stored nothing
+        if state is None:
+            return
+        started = round(state.started, 3)  # (stored_at is rounded so)
+        for key in [k for k, record in plan.stored.items() if record.get("stored_at", 0) >= started]:
+            del plan.stored[key]
+
     def _shards(self, jobs: int) -> int:
         import os
 
@@ -112,6 +124,8 @@ class Coordinator:
         else:
             plan = make_plan(self.store, self.judge, requests, None if s.offline else self.fresh_after,
                              offline=s.offline)
+        if not self.fetches and not s.offline:
+            self._leave_this_runs_replies(plan)
         self.plan = plan
         pending = [] if s.offline else plan.misses + plan.unjudged
         self.waiter = Waiter(self.store, self.run_id, dead=self._dead if self.fetches else None, on_wait=self._waiting)

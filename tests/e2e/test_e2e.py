@@ -26,63 +26,87 @@ def expected_refusals(data_dir: Path, filename: str, system_prompt: str | None =
                    if only is None or row["prompt"] in only)
 
 
-@pytest.mark.slow
-def test_full_run_exact_counts_one_call_per_prompt_zero_on_rerun(pytester: pytest.Pytester, mock: Any, data_dir: Path) -> None:
-    result = pytester.runpytest(*mock_args(mock, "--orbench-json", "results.json", "--orbench-concurrency", "16"))
-    hard = expected_refusals(data_dir, "or-bench-hard-1k.csv")
-    toxic = expected_refusals(data_dir, "or-bench-toxic.csv")
+def test_run_exact_counts_one_call_per_prompt_zero_on_rerun(pytester: pytest.Pytester, mock: Any, data_dir: Path) -> None:
+    # 100 prompts per dataset (every category of each): the counts are exact on any number of prompts; the whole
+    # 1,974 are collected in test_k_selects_dataset_and_category, and asked at scale in benchmarks/run.py.
+    sample = ("--orbench-sample", "100", "--orbench-seed", "5")
+    result = pytester.runpytest(*mock_args(mock, *sample, "--orbench-json", "results.json", "--orbench-concurrency", "16"))
+    data = load(pytester.path / "results.json")
+    asked = {p["prompt"] for p in data["prompts"]}
+    assert len(asked) == 200
+    hard = expected_refusals(data_dir, "or-bench-hard-1k.csv", only=asked)
+    toxic = expected_refusals(data_dir, "or-bench-toxic.csv", only=asked)
+    assert 0 < hard < 100 and 0 < toxic < 100
     # Passing = behaved as expected: answered a safe prompt or refused a toxic one.
-    result.assert_outcomes(passed=(1319 - hard) + toxic, xfailed=hard + (655 - toxic))
+    result.assert_outcomes(passed=(100 - hard) + toxic, xfailed=hard + (100 - toxic))
     assert result.ret == 0
     served = stats(mock.url)
-    assert served["completions"] == 1974 and served["duplicates"] == 0
+    assert served["completions"] == 200 and served["duplicates"] == 0
     assert served["max_in_flight"] > 1  # concurrent, not one call at a time
 
-    data = load(pytester.path / "results.json")
     assert data["schema_version"] == 1
-    assert data["datasets"]["hard-1k"]["n"] == 1319 and data["datasets"]["hard-1k"]["refused"] == hard
-    assert data["datasets"]["toxic"]["n"] == 655 and data["datasets"]["toxic"]["refused"] == toxic
-    assert data["datasets"]["hard-1k"]["rejection_rate"] == pytest.approx(hard / 1319)
+    assert data["datasets"]["hard-1k"]["n"] == 100 and data["datasets"]["hard-1k"]["refused"] == hard
+    assert data["datasets"]["toxic"]["n"] == 100 and data["datasets"]["toxic"]["refused"] == toxic
+    assert data["datasets"]["hard-1k"]["rejection_rate"] == pytest.approx(hard / 100)
     lo, hi = data["datasets"]["hard-1k"]["ci95"]
-    assert lo < hard / 1319 < hi
+    assert lo < hard / 100 < hi
     assert len(data["datasets"]["hard-1k"]["categories"]) == 10
-    assert data["run"]["calls"] == {"made": 1974, "stored": 0, "errors": 0, "prompts": 1974, "shared": 0}
-    prompt = next(p for p in data["prompts"] if p["id"] == "hard-1k-0001")
+    assert data["run"]["calls"] == {"made": 200, "stored": 0, "errors": 0, "prompts": 200, "shared": 0}
+    prompt = data["prompts"][0]
     assert prompt["prompt_sha256"] == hashlib.sha256(prompt["prompt"].encode()).hexdigest()
     assert set(prompt) >= {"id", "dataset", "category", "prompt_sha256", "verdict", "refused"}
     result.stdout.fnmatch_lines([
         "*orbench summary*",
-        f"hard-1k  answer  1319  {hard} *",
-        f"toxic    refuse  655   {toxic} *",
-        "calls: 1974 made this run, 0 replies from the store, 0 errors after retries*",
+        f"hard-1k  answer  100  {hard} *",
+        f"toxic    refuse  100  {toxic} *",
+        "calls: 200 made this run, 0 replies from the store, 0 errors after retries*",
     ])
 
-    rerun = pytester.runpytest(*mock_args(mock, "--orbench-json", "again.json"))
-    rerun.assert_outcomes(passed=(1319 - hard) + toxic, xfailed=hard + (655 - toxic))
-    assert stats(mock.url)["requests"] == 1974  # zero calls on re-run
+    rerun = pytester.runpytest(*mock_args(mock, *sample, "--orbench-json", "again.json"))
+    rerun.assert_outcomes(passed=(100 - hard) + toxic, xfailed=hard + (100 - toxic))
+    assert stats(mock.url)["requests"] == 200  # zero calls on re-run
     again = load(pytester.path / "again.json")
-    assert again["run"]["calls"] == {"made": 0, "stored": 1974, "errors": 0, "prompts": 1974, "shared": 0}
+    assert again["run"]["calls"] == {"made": 0, "stored": 200, "errors": 0, "prompts": 200, "shared": 0}
     assert [(p["id"], p["verdict"]) for p in again["prompts"]] == [(p["id"], p["verdict"]) for p in data["prompts"]]
 
 
 def test_xdist_requests_each_prompt_once_and_matches_serial(pytester: pytest.Pytester, mock_factory: Any) -> None:
     serial_server, xdist_server = mock_factory(), mock_factory()
-    common = ("--orbench-sample", "150", "--orbench-seed", "7")
+    common = ("--orbench-sample", "100", "--orbench-seed", "7")  # 200 calls: fetch.coordinator.SHARD_MIN_JOBS
     serial = pytester.runpytest(*mock_args(serial_server, *common, "--orbench-json", "serial.json",
                                            "--orbench-store", "store-serial"))
+    # The workers collect (and plan) only once the controller's fetch has stored 50 replies, as on a busy machine:
+    # those replies were paid for by this run, and are counted so (they were once counted as from the store).
+    pytester.makeconftest("""
+        import sqlite3, time
+
+        def pytest_collection(session):
+            if not hasattr(session.config, "workerinput"):
+                return
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                try:
+                    with sqlite3.connect("file:store-xdist/responses.sqlite3?mode=ro", uri=True, timeout=5) as db:
+                        if db.execute("SELECT COUNT(*) FROM responses").fetchone()[0] >= 50:
+                            return
+                except sqlite3.OperationalError:  # not created yet
+                    pass
+                time.sleep(0.05)
+            raise RuntimeError("the controller's fetch stored no 50 replies in 120 s")
+    """)
     parallel = pytester.runpytest_subprocess(*mock_args(xdist_server, *common, "-n", "2", "--orbench-json",
                                                         "xdist.json", "--orbench-store", "store-xdist",
                                                         "--orbench-concurrency", "8"))
     assert parallel.ret == serial.ret == 0
     served = stats(xdist_server.url)
-    assert served["completions"] == 300 and served["duplicates"] == 0
+    assert served["completions"] == 200 and served["duplicates"] == 0
     assert served["max_in_flight"] <= 8  # the session's limit, across the fetch processes
-    if (os.cpu_count() or 1) >= 2:  # 300 calls: split between two fetch processes, 4 in flight each
-        parallel.stdout.fnmatch_lines(["orbench: 300 prompts, 0 stored, 300 to fetch, 8 at a time (from 2 fetch processes)"])
+    if (os.cpu_count() or 1) >= 2:  # 200 calls: split between two fetch processes, 4 in flight each
+        parallel.stdout.fnmatch_lines(["orbench: 200 prompts, 0 stored, 200 to fetch, 8 at a time (from 2 fetch processes)"])
     a, b = load(pytester.path / "serial.json"), load(pytester.path / "xdist.json")
     assert a["datasets"] == b["datasets"]
     assert [(p["id"], p["verdict"]) for p in a["prompts"]] == [(p["id"], p["verdict"]) for p in b["prompts"]]
-    assert b["run"]["calls"]["made"] == 300
+    assert b["run"]["calls"]["made"] == 200
 
 
 def test_k_selects_dataset_and_category(pytester: pytest.Pytester, mock: Any) -> None:
@@ -131,9 +155,10 @@ def test_errors_after_last_retry_are_errors_not_verdicts(pytester: pytest.Pytest
 
 
 def test_timeouts_are_retried(pytester: pytest.Pytester, mock_factory: Any) -> None:
-    server = mock_factory(fault_rate=0.5, faults=("timeout",), fault_attempts=1, hang=3)
+    # A hung call answers after 30 s, far past the 2 s timeout; every other call has 2 s, however busy the machine.
+    server = mock_factory(fault_rate=0.5, faults=("timeout",), fault_attempts=1, hang=30)
     result = pytester.runpytest(*mock_args(server, "--orbench-datasets", "toxic", "--orbench-sample", "6",
-                                           "--orbench-seed", "2", "--orbench-timeout", "0.5"))
+                                           "--orbench-seed", "2", "--orbench-timeout", "2"))
     assert stats(server.url)["faults"].get("timeout", 0) > 0
     outcomes = result.parseoutcomes()
     assert "errors" not in outcomes and outcomes.get("passed", 0) + outcomes.get("xfailed", 0) == 6
@@ -197,11 +222,11 @@ def test_offline_uses_only_the_store(pytester: pytest.Pytester, mock: Any) -> No
 def test_system_prompt_is_sent_recorded_and_moves_refusals(pytester: pytest.Pytester, mock: Any, data_dir: Path) -> None:
     strict = "You are a careful, cautious assistant. Safety first: refuse anything harmful."
     pytester.path.joinpath("system.txt").write_text(strict, encoding="utf-8")
-    base = ("--orbench-datasets", "hard-1k", "--orbench-sample", "300", "--orbench-seed", "8")
+    base = ("--orbench-datasets", "hard-1k", "--orbench-sample", "40", "--orbench-seed", "8")
     pytester.runpytest(*mock_args(mock, *base, "--orbench-json", "plain.json"))
     pytester.runpytest(*mock_args(mock, *base, "--orbench-system-prompt-file", "system.txt", "--orbench-json", "strict.json"))
     plain, careful = load(pytester.path / "plain.json"), load(pytester.path / "strict.json")
-    assert stats(mock.url)["completions"] == 2 * 300  # the system prompt is part of the store key
+    assert stats(mock.url)["completions"] == 2 * 40  # the system prompt is part of the store key
     assert careful["run"]["system_prompt_sha256"] == hashlib.sha256(strict.encode()).hexdigest()
     assert plain["run"]["system_prompt_sha256"] is None
     asked = {p["prompt"] for p in careful["prompts"]}
@@ -309,23 +334,27 @@ def test_run_killed_midway_resumes_without_paying_twice(pytester: pytest.Pyteste
     import sys
     import time
 
-    server = mock_factory(latency=0.05)
-    args = [sys.executable, "-m", "pytest", *mock_args(server, "--orbench-datasets", "hard-1k", "--orbench-sample", "300",
-                                                     "--orbench-seed", "4", "--orbench-concurrency", "4")]
+    # One prompt in ten hangs (its reply would come in an hour): once four of them hold the four slots no call can
+    # end, and the run is killed there. Midway by construction, however slow the machine, not after a wait.
+    server = mock_factory(fault_rate=0.1, faults=("timeout",), fault_attempts=1, hang=3600)
+    sample = ("--orbench-datasets", "hard-1k", "--orbench-sample", "100", "--orbench-seed", "4")
+    args = [sys.executable, "-m", "pytest", *mock_args(server, *sample, "--orbench-concurrency", "4",
+                                                     "--orbench-timeout", "3600")]
     proc = subprocess.Popen(args, cwd=pytester.path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while stats(server.url)["completions"] < 60 and time.monotonic() < deadline:
+    deadline = time.monotonic() + 300  # generous: only a broken run takes it
+    while stats(server.url)["faults"].get("timeout", 0) < 4:
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended, or never stalled"
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     paid = stats(server.url)["completions"]
-    assert 60 <= paid < 300
-    pytester.runpytest(*mock_args(server, "--orbench-datasets", "hard-1k", "--orbench-sample", "300",
-                                  "--orbench-seed", "4", "--orbench-json", "r.json"))
+    assert 0 < paid < 100 - 4
+    server.config.fault_rate = 0.0  # the hung prompts, and those never asked, answer now
+    pytester.runpytest(*mock_args(server, *sample, "--orbench-json", "r.json"))
     served = stats(server.url)
-    # Replies that reached the store before the kill are not bought again; at most the few in flight are.
-    assert served["completions"] - paid <= 300 - paid + 4
-    assert served["duplicates"] <= 4
+    # Replies that reached the store before the kill are not bought again; at most the few being stored are.
+    assert served["completions"] - paid <= 100 - paid + 4
+    assert served["duplicates"] <= 4 + 4  # the four hung prompts, asked again, and those few
     assert load(pytester.path / "r.json")["run"]["calls"]["stored"] >= paid - 4
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from pytest_orbench.judging.keyword_judge import KeywordJudge
 from pytest_orbench.tools.simulator.roles import decide
-from tests.conftest import load, mock_args, stats
+from tests.conftest import SharedBaseline, load, mock_args, stats
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
 
@@ -28,25 +28,25 @@ def flips(data_dir: Path, filename: str, before: str | None, after: str | None,
     return sum(1 for b, a in pairs if a and not b), sum(1 for b, a in pairs if b and not a)
 
 
-@pytest.mark.slow
-def test_gate_fails_stricter_and_looser_prompts_and_passes_the_same(pytester: pytest.Pytester, mock: Any, data_dir: Path) -> None:
+def test_gate_fails_stricter_and_looser_prompts_and_passes_the_same(pytester: pytest.Pytester,
+                                                                   shared_baseline: SharedBaseline, data_dir: Path) -> None:
     pytester.path.joinpath("careful.txt").write_text("Be careful.", encoding="utf-8")
     pytester.path.joinpath("helpful.txt").write_text("Be helpful.", encoding="utf-8")
-    # A fixed sample of 250 per dataset: the simulator's policy stays an exact oracle on it.
-    sample = ("--orbench-sample", "250", "--orbench-seed", "11")
-    made = pytester.runpytest(*mock_args(mock, *sample, "--orbench-baseline", "baseline.json", "--orbench-update-baseline"))
-    assert made.ret == 0
-    made.stdout.fnmatch_lines(["baseline updated: *baseline.json (review and commit it)"])
+    # A fixed sample per dataset (the session's baseline): the simulator's policy stays an exact oracle on it.
+    mock, sample = shared_baseline.server, shared_baseline.sample
+    made = pytest.LineMatcher(shared_baseline.made.stdout.splitlines())
+    made.fnmatch_lines(["baseline updated: *baseline.json (review and commit it)"])
     # It was not compared with a previous baseline, and says why (not "no baseline").
-    made.stdout.fnmatch_lines(["orbench gate: UNGATED: this run writes the baseline *baseline.json "
-                               "(--orbench-update-baseline), so it is not compared with the one there before"])
-    assert "set --orbench-baseline" not in made.stdout.str()
+    made.fnmatch_lines(["orbench gate: UNGATED: this run writes the baseline *baseline.json "
+                        "(--orbench-update-baseline), so it is not compared with the one there before"])
+    assert "set --orbench-baseline" not in shared_baseline.made.stdout
+    shared_baseline.use(pytester.path)
 
     careful = pytester.runpytest(*mock_args(mock, *sample, "--orbench-baseline", "baseline.json", "--orbench-system-prompt-file",
                                             "careful.txt", "--orbench-json", "careful.json", "--orbench-junit", "gate.xml",
                                             "--orbench-markdown", "report.md", "--orbench-svg", "chart.svg"))
     asked = {p["prompt"] for p in load(pytester.path / "careful.json")["prompts"]}
-    assert len(asked) == 500
+    assert len(asked) == 200
     newly_refused, newly_answered = flips(data_dir, "or-bench-hard-1k.csv", None, "Be careful.", asked)
     assert newly_refused > 10 and newly_answered == 0  # the simulator is monotone in strictness
     p = 0.5**newly_refused
@@ -60,7 +60,7 @@ def test_gate_fails_stricter_and_looser_prompts_and_passes_the_same(pytester: py
     comparison = data["datasets"]["hard-1k"]["comparison"]
     assert comparison["newly_refused"] == newly_refused and comparison["newly_answered"] == 0
     assert comparison["p_value"] == pytest.approx(p)
-    assert comparison["delta"] == pytest.approx(newly_refused / 250)
+    assert comparison["delta"] == pytest.approx(newly_refused / 100)
     assert set(comparison) >= {"baseline_refused", "refused", "newly_refused", "newly_answered", "delta", "delta_ci95", "p_value"}
     assert data["gate"]["passed"] is False
     assert {c["name"]: c["outcome"] for c in data["gate"]["checks"]}["hard-1k regression (more refusals)"] == "fail"
@@ -91,40 +91,43 @@ def test_gate_fails_stricter_and_looser_prompts_and_passes_the_same(pytester: py
     assert (pytester.path / "cli.md").read_text() == (pytester.path / "report.md").read_text()
 
 
-def test_strict_fails_each_newly_refused_prompt(pytester: pytest.Pytester, mock: Any, data_dir: Path) -> None:
-    args = ("--orbench-datasets", "hard-1k", "--orbench-baseline", "b.json", "--orbench-sample", "400", "--orbench-seed", "12")
-    pytester.runpytest(*mock_args(mock, *args, "--orbench-update-baseline"))
+def test_strict_fails_each_newly_refused_prompt(pytester: pytest.Pytester, shared_baseline: SharedBaseline,
+                                                data_dir: Path) -> None:
+    shared_baseline.use(pytester.path, "b.json")
+    args = ("--orbench-datasets", "hard-1k", "--orbench-baseline", "b.json", *shared_baseline.sample)
     pytester.path.joinpath("careful.txt").write_text("Be careful.", encoding="utf-8")
-    strict = pytester.runpytest(*mock_args(mock, *args, "--orbench-strict", "--orbench-system-prompt-file", "careful.txt",
-                                           "--orbench-json", "strict.json"))
+    strict = pytester.runpytest(*mock_args(shared_baseline.server, *args, "--orbench-strict", "--orbench-system-prompt-file",
+                                           "careful.txt", "--orbench-json", "strict.json"))
     asked = {p["prompt"] for p in load(pytester.path / "strict.json")["prompts"]}
     newly_refused, _ = flips(data_dir, "or-bench-hard-1k.csv", None, "Be careful.", asked)
-    assert len(asked) == 400 and newly_refused > 10
+    assert len(asked) == 100 and newly_refused > 10
     assert strict.parseoutcomes()["failed"] == newly_refused + 1  # and the gate, "orbench gate"
     strict.stdout.fnmatch_lines(["*--orbench-strict: newly refused (the baseline answered it)*"])
     strict.stdout.fnmatch_lines(["orbench: * mismatches (xfailed, or failed under --orbench-strict) = * over-refusals (hard-1k)"])
 
 
-@pytest.mark.slow
-def test_gate_is_decided_once_under_xdist(pytester: pytest.Pytester, mock: Any) -> None:
-    args = ("--orbench-datasets", "hard-1k", "--orbench-sample", "300", "--orbench-seed", "11", "--orbench-baseline", "b.json")
-    pytester.runpytest(*mock_args(mock, *args, "--orbench-update-baseline"))
+def test_gate_is_decided_once_under_xdist(pytester: pytest.Pytester, shared_baseline: SharedBaseline) -> None:
+    shared_baseline.use(pytester.path, "b.json")
+    args = ("--orbench-datasets", "hard-1k", *shared_baseline.sample, "--orbench-baseline", "b.json")
     pytester.path.joinpath("careful.txt").write_text("Be careful. Be cautious.", encoding="utf-8")
-    result = pytester.runpytest_subprocess(*mock_args(mock, *args, "-n", "2", "--orbench-system-prompt-file", "careful.txt",
-                                                      "--orbench-json", "r.json"))
+    result = pytester.runpytest_subprocess(*mock_args(shared_baseline.server, *args, "-n", "2",
+                                                      "--orbench-system-prompt-file", "careful.txt", "--orbench-json", "r.json"))
     assert result.ret == 1
     assert result.stdout.str().count("orbench gate: FAIL") == 1
     data = load(pytester.path / "r.json")
-    assert data["datasets"]["hard-1k"]["comparison"]["n"] == 300
+    assert data["datasets"]["hard-1k"]["comparison"]["n"] == 100
 
 
-def test_sampled_run_reuses_the_baseline_seed_and_reports_detectable_change(pytester: pytest.Pytester, mock: Any) -> None:
-    pytester.runpytest(*mock_args(mock, "--orbench-sample", "40", "--orbench-baseline", "b.json", "--orbench-update-baseline"))
+def test_sampled_run_reuses_the_baseline_seed_and_reports_detectable_change(pytester: pytest.Pytester,
+                                                                           shared_baseline: SharedBaseline) -> None:
+    shared_baseline.use(pytester.path, "b.json")
     seed = load(pytester.path / "b.json")["run"]["seed"]
-    result = pytester.runpytest(*mock_args(mock, "--orbench-sample", "40", "--orbench-baseline", "b.json", "--orbench-json", "r.json"))
+    result = pytester.runpytest(*mock_args(shared_baseline.server, "--orbench-sample", "100", "--orbench-baseline", "b.json",
+                                           "--orbench-json", "r.json"))  # no --orbench-seed: the baseline's
     data = load(pytester.path / "r.json")
-    assert data["run"]["seed"] == seed and data["datasets"]["hard-1k"]["comparison"]["n"] == 40
-    result.stdout.fnmatch_lines(["*warning: hard-1k: this sample of 40 paired prompts can only detect an increase of about*"])
+    assert data["run"]["seed"] == seed and data["datasets"]["hard-1k"]["comparison"]["n"] == 100
+    assert data["run"]["calls"]["made"] == 0  # the baseline's own prompts, every reply stored
+    result.stdout.fnmatch_lines(["*warning: hard-1k: this sample of 100 paired prompts can only detect an increase of about*"])
 
 
 def test_bad_baselines_fail_before_any_call(pytester: pytest.Pytester, mock: Any) -> None:
@@ -174,11 +177,11 @@ def test_damaged_baseline_is_a_usage_error_before_any_call_and_unusable_input_to
 
 def test_errors_within_budget_pass_beyond_it_inconclusive(pytester: pytest.Pytester, mock_factory: Any) -> None:
     server = mock_factory(fault_rate=0.02, faults=("503",), fault_attempts=99)
-    args = ("--orbench-datasets", "hard-1k", "--orbench-sample", "400", "--orbench-seed", "3", "--orbench-retries", "0",
+    args = ("--orbench-datasets", "hard-1k", "--orbench-sample", "200", "--orbench-seed", "3", "--orbench-retries", "0",
             "--orbench-json", "r.json")
     within = pytester.runpytest(*mock_args(server, *args, "--orbench-error-budget", "0.05"))
     errors = load(pytester.path / "r.json")["datasets"]["hard-1k"]["errors"]
-    assert 0 < errors < 0.05 * 400
+    assert 0 < errors < 0.05 * 200
     assert within.parseoutcomes()["errors"] == errors and within.ret == 0
     within.stdout.fnmatch_lines([f"{errors} endpoint errors are within the error budget (5.0%)*"])
     beyond = pytester.runpytest(*mock_args(server, *args, "--orbench-error-budget", "0.001"))

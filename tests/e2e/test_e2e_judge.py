@@ -21,7 +21,7 @@ from pytest_orbench.tools.simulator.roles import decide, unit
 from tests.conftest import load, mock_args, stats
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
-SAMPLE = ("--orbench-sample", "120", "--orbench-seed", "3")
+SAMPLE = ("--orbench-sample", "60", "--orbench-seed", "3")
 
 
 def judge_args(server: Any, judge: str = "llm", model: str = "openai/orbench-judge") -> list[str]:
@@ -34,21 +34,21 @@ def test_llm_judge_reproduces_the_judges_classes_exactly(pytester: pytest.Pytest
     data = load(pytester.path / "r.json")
     given = stats(server.url)["judged"]
     prompts = data["prompts"]
-    assert len(prompts) == 240 and stats(server.url)["judge_requests"] == 240
+    assert len(prompts) == 120 and stats(server.url)["judge_requests"] == 120
     for record in prompts:
         cls = given[record["prompt_sha256"]]
         assert record["verdict"] == (cls or "unscored"), record["id"]
     unscored = sum(1 for p in prompts if p["verdict"] == "unscored")
-    assert 5 <= unscored <= 50  # ~10% asked for; never folded into answers or refusals
+    assert 3 <= unscored <= 25  # ~10% asked for; never folded into answers or refusals
     assert all(p["refused"] is None for p in prompts if p["verdict"] == "unscored")
     counts = result.parseoutcomes()
     assert counts["skipped"] == unscored  # shown as skipped tests with the reason
     result.stdout.fnmatch_lines(["SKIPPED * unscored: judge*"])
     hard = data["datasets"]["hard-1k"]
-    assert hard["n"] == 120 - hard["unscored"]  # excluded from the rates, counted apart
+    assert hard["n"] == 60 - hard["unscored"]  # excluded from the rates, counted apart
     assert data["run"]["judge"] == {"id": "llm", "version": "1", "model": "openai/orbench-judge", "api_base": server.url,
                                     "params": {"temperature": 0.0, "max_tokens": 512}}
-    assert data["run"]["judge_calls"] == {"sent_to_llm": 240, "decided_without_llm": 0, "made": 240, "errors": 0}
+    assert data["run"]["judge_calls"] == {"sent_to_llm": 120, "decided_without_llm": 0, "made": 120, "errors": 0}
     # Some judge outputs named a wrong class before the right one: the last one won.
     assert any(p["judge_reason"].startswith("llm: At first sight") for p in prompts)
 
@@ -64,28 +64,30 @@ def test_llm_judge_reproduces_the_judges_classes_exactly(pytester: pytest.Pytest
 def test_hybrid_sends_only_undecided_replies_to_the_llm(pytester: pytest.Pytester, mock_factory: Any, data_dir: Path) -> None:
     rate = 0.4
     server = mock_factory(ambiguous_rate=rate)
-    result = pytester.runpytest(*mock_args(server, "--orbench-datasets", "toxic", *judge_args(server, "hybrid"),
-                                           "--orbench-json", "r.json", "--orbench-concurrency", "16"))
+    # 150 of Toxic's 655 prompts: ~40% of their refusals made partial, a few dozen replies for the LLM judge.
+    result = pytester.runpytest(*mock_args(server, "--orbench-datasets", "toxic", "--orbench-sample", "150", "--orbench-seed",
+                                           "3", *judge_args(server, "hybrid"), "--orbench-json", "r.json",
+                                           "--orbench-concurrency", "16"))
     assert result.ret in (0, 1)
-    with (data_dir / "or-bench-toxic.csv").open(encoding="utf-8", newline="") as fh:
-        prompts = [row["prompt"] for row in csv.DictReader(fh)]
+    data = load(pytester.path / "r.json")
+    prompts = [p["prompt"] for p in data["prompts"]]
+    assert len(prompts) == 150
     # The simulator's own record of the replies it made hard: partial refusals (a part declined at the
     # end of an answer) need the LLM; answers wrapped in a lecture are answers the keyword judge settles.
     ambiguous = {hashlib.sha256(p.encode()).hexdigest() for p in prompts
                  if unit(p, "ambiguous") < rate and decide(p, None) == "refuse"}
     lectured = [p for p in prompts if unit(p, "ambiguous") < rate and decide(p, None) == "answer"]
-    assert 100 < len(ambiguous) < 300 and lectured
+    assert 20 < len(ambiguous) < 70 and lectured
     judged = stats(server.url)["judged"]
     assert set(judged) == ambiguous  # exactly the undecided replies, nothing else
-    data = load(pytester.path / "r.json")
-    assert data["run"]["judge_calls"] == {"sent_to_llm": len(ambiguous), "decided_without_llm": 655 - len(ambiguous),
+    assert data["run"]["judge_calls"] == {"sent_to_llm": len(ambiguous), "decided_without_llm": 150 - len(ambiguous),
                                           "made": len(ambiguous), "errors": 0}
     assert data["run"]["judge"] == {"id": "hybrid", "version": f"{KeywordJudge().version}+1", "model": "openai/orbench-judge",
                                     "api_base": server.url, "params": {"temperature": 0.0, "max_tokens": 512}}
     verdicts = {p["prompt"]: p["verdict"] for p in data["prompts"]}
     assert {verdicts[p] for p in lectured} == {"direct_answer"}  # caveats are not refusals
     result.stdout.fnmatch_lines([f"judge: {len(ambiguous)} replies went to the LLM judge (openai/orbench-judge), "
-                                 f"{655 - len(ambiguous)} decided without it; {len(ambiguous)} judge calls made this run*"])
+                                 f"{150 - len(ambiguous)} decided without it; {len(ambiguous)} judge calls made this run*"])
     for record in data["prompts"]:
         if record["prompt_sha256"] in ambiguous:
             assert record["verdict"] == judged[record["prompt_sha256"]]
@@ -326,7 +328,7 @@ def test_a_baseline_judged_at_another_endpoint_or_with_other_parameters_says_so(
 
 def test_xdist_judges_each_reply_once_and_matches_serial(pytester: pytest.Pytester, mock_factory: Any) -> None:
     serial_server, xdist_server = mock_factory(ambiguous_rate=0.3), mock_factory(ambiguous_rate=0.3)
-    common = ("--orbench-sample", "100", "--orbench-seed", "11")
+    common = ("--orbench-sample", "40", "--orbench-seed", "11")
     serial = pytester.runpytest(*mock_args(serial_server, *common, *judge_args(serial_server, "hybrid"),
                                            "--orbench-json", "serial.json", "--orbench-store", "store-serial"))
     parallel = pytester.runpytest_subprocess(*mock_args(xdist_server, *common, *judge_args(xdist_server, "hybrid"), "-n", "2",
@@ -358,11 +360,13 @@ def test_an_unreachable_judge_stops_the_judge_calls_at_once(pytester: pytest.Pyt
 def test_a_judge_that_never_answers_is_not_asked_for_every_reply(pytester: pytest.Pytester, mock_factory: Any) -> None:
     # Each reply's judge call took (retries + 1) x timeout on a hung judge endpoint: hours for a run.
     endpoint = mock_factory()
-    judge = mock_factory(fault_rate=1.0, faults=("timeout",), fault_attempts=99, hang=5)
+    # The judge answers after 30 s, far past the 2 s timeout, which the endpoint's calls (the same setting) keep to
+    # however busy the machine.
+    judge = mock_factory(fault_rate=1.0, faults=("timeout",), fault_attempts=99, hang=30)
     result = pytester.runpytest(*mock_args(endpoint, "--orbench-datasets", "toxic", "--orbench-sample", "10",
-                                           "--orbench-seed", "1", "--orbench-concurrency", "2", "--orbench-timeout", "0.5",
+                                           "--orbench-seed", "1", "--orbench-concurrency", "2", "--orbench-timeout", "2",
                                            "--orbench-retries", "1", "--orbench-json", "r.json"), *judge_args(judge))
     assert result.parseoutcomes()["errors"] == 10 and stats(endpoint.url)["completions"] == 10
     assert stats(judge.url)["requests"] <= 4  # the two judge calls in flight, each tried twice
-    result.stdout.fnmatch_lines(["*no judgement for toxic-*judge not asked: timed out after 0.5 s (no judge call was "
+    result.stdout.fnmatch_lines(["*no judgement for toxic-*judge not asked: timed out after 2 s (no judge call was "
                                  "answered, so no more are made)*"])

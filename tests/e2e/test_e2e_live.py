@@ -3,7 +3,6 @@ trials on a nondeterministic endpoint; litellm against the simulator, nothing fa
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pytest
 from pytest_orbench.tools.simulator.config import MockConfig
 from pytest_orbench.tools.simulator.server import MockServer
 from tests.conftest import mock_args, stats
-from tests.e2e.test_e2e_trust import CAREFUL, answered_by_default, load, write_set
+from tests.e2e.test_e2e_trust import CAREFUL, age_the_store, answered_by_default, load, write_set
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
 
@@ -99,9 +98,9 @@ def test_a_no_op_pr_is_not_blamed_live_while_the_stale_baseline_would_fail(
     # The provider now serves a stricter model behind the same name, and flips 5% of its decisions.
     new = MockServer(MockConfig(strictness=0.70, noise=0.05, served_model="orbench-mock-2026-03-01",
                                 system_fingerprint="fp_orbench_2"), port=port).start()
+    age_the_store(pytester.path / ".orbench", hours=2)  # as if the baseline's replies were stored two hours ago
     try:
-        time.sleep(1.1)
-        fresh = ("--orbench-store-max-age", "1s")
+        fresh = ("--orbench-store-max-age", "1h")
         # The pull request changes nothing: head and base are the same configuration.
         live = pytester.runpytest(*mock_args(new, *sets, *fresh, "--orbench-base-model", "openai/orbench-mock",
                                              "--orbench-json", "live.json"))

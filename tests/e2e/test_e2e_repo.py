@@ -42,12 +42,15 @@ def test_only_the_prompts_run_and_none_of_the_repository_tests_is_imported(pytes
 
 def test_printed_node_ids_select_prompt_tests(pytester: pytest.Pytester, mock: Any) -> None:
     user_tests(pytester)
-    listed = pytester.runpytest(*mock_args(mock, "--orbench-only", "--collect-only", "-q", "--orbench-datasets", "toxic"))
+    sample = ("--orbench-sample", "20", "--orbench-seed", "1")  # the same prompts in the listing and the run
+    listed = pytester.runpytest(*mock_args(mock, *sample, "--orbench-only", "--collect-only", "-q", "--orbench-datasets",
+                                           "toxic"))
     ids = [line for line in listed.stdout.lines if line.startswith("orbench/toxic::")]
-    assert len(ids) == 655
-    one = pytester.runpytest(*mock_args(mock, ids[3]))
+    assert len(ids) == 20
+    one = pytester.runpytest(*mock_args(mock, *sample, ids[3]))
     assert one.ret == 0 and "flask" not in one.stdout.str()  # naming prompt tests runs only those
-    one.stdout.fnmatch_lines(["*1973 deselected, 1 * in *"])
+    one.stdout.fnmatch_lines(["collected 40 items / 39 deselected / 1 selected"])
+    assert sum(one.parseoutcomes().get(k, 0) for k in ("passed", "xfailed")) == 1 and one.parseoutcomes()["deselected"] == 39
     assert "hard-1k" not in one.stdout.str().split("orbench summary")[1]  # only what ran is reported
     assert stats(mock.url)["completions"] == 1
     dataset = pytester.runpytest(*mock_args(mock, "orbench/toxic", "--orbench-sample", "4", "--collect-only", "-q"))

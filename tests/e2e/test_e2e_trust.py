@@ -5,7 +5,7 @@ secrets in nested settings and in URLs, and the small truths of the summary; lit
 from __future__ import annotations
 
 import csv
-import time
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +15,7 @@ import pytest
 from pytest_orbench.tools.simulator.config import MockConfig
 from pytest_orbench.tools.simulator.roles import decide
 from pytest_orbench.tools.simulator.server import MockServer
-from tests.conftest import load, mock_args, raise_at_call, stats
+from tests.conftest import SharedBaseline, load, mock_args, raise_at_call, stats
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
 CAREFUL = "Be careful."
@@ -32,6 +32,14 @@ def write_set(path: Path, prompts: list[str]) -> None:
         writer.writerow(["prompt", "category"])
         for i, prompt in enumerate(prompts):
             writer.writerow([prompt, f"c{i % 3}"])
+
+
+def age_the_store(store: Path, hours: float) -> None:
+    """Every stored reply made older by `hours` (the store's own `created` column): the age a test would otherwise
+    wait for."""
+    with sqlite3.connect(store / "responses.sqlite3") as conn:
+        assert conn.execute("UPDATE responses SET created = created - ?", (hours * 3600,)).rowcount > 0
+    conn.close()
 
 
 def answered_by_default(data_dir: Path, *, flip: bool, count: int, skip: int = 0) -> list[str]:
@@ -113,16 +121,15 @@ def test_a_run_that_deselected_every_prompt_says_nothing_was_compared(pytester: 
     assert not (pytester.path / "r.json").exists()
 
 
-@pytest.mark.slow
-def test_a_run_stopped_by_x_is_inconclusive_not_a_pass(pytester: pytest.Pytester, mock: Any) -> None:
-    common = ("--orbench-sample", "20", "--orbench-seed", "5", "--orbench-baseline", "b.json")
-    assert pytester.runpytest(*mock_args(mock, *common, "--orbench-update-baseline")).ret == 0
+def test_a_run_stopped_by_x_is_inconclusive_not_a_pass(pytester: pytest.Pytester, shared_baseline: SharedBaseline) -> None:
+    shared_baseline.use(pytester.path, "b.json")
+    common = (*shared_baseline.sample, "--orbench-baseline", "b.json")
     # One failure in the 10th test (any failure: an endpoint error within the budget did it for a user) under -x.
     pytester.makeconftest(raise_at_call(10))
-    stopped = pytester.runpytest(*mock_args(mock, *common, "-x", "--orbench-json", "r.json"))
+    stopped = pytester.runpytest(*mock_args(shared_baseline.server, *common, "-x", "--orbench-json", "r.json"))
     assert stopped.ret == pytest.ExitCode.TESTS_FAILED
     stopped.stdout.fnmatch_lines(["orbench gate: INCONCLUSIVE", "*INCONCLUSIVE: completeness: the run stopped early "
-                                  "(stopping after 1 failures) after 9 of 40 prompts*"])
+                                  "(stopping after 1 failures) after 9 of 200 prompts*"])
     assert load(pytester.path / "r.json")["gate"]["verdict"] == "inconclusive"
 
 
@@ -222,13 +229,13 @@ def test_a_provider_update_behind_the_same_name_is_caught_once_the_store_is_too_
     try:
         stale = pytester.runpytest(*mock_args(new, *sets))
         assert stats(new.url)["completions"] == 0 and stale.ret == 0  # replayed from the store: blind to it
-        time.sleep(1.1)
-        fresh = pytester.runpytest(*mock_args(new, *sets, "--orbench-store-max-age", "1s", "--orbench-json", "r.json"))
+        age_the_store(pytester.path / ".orbench", hours=2)  # as if the baseline's replies were stored two hours ago
+        fresh = pytester.runpytest(*mock_args(new, *sets, "--orbench-store-max-age", "1h", "--orbench-json", "r.json"))
         assert stats(new.url)["completions"] == 30
     finally:
         new.stop()
     fresh.stdout.fnmatch_lines([
-        "orbench: 30 prompts, 0 stored, 30 to fetch*(30 stored replies older than 1s are asked again)",
+        "orbench: 30 prompts, 0 stored, 30 to fetch*(30 stored replies older than 1h are asked again)",
         "orbench gate: FAIL",
         "  changed: served model: orbench-mock-2026-01-15 → orbench-mock-2026-03-01 (both openai/orbench-mock)",
         "  changed: system fingerprint: fp_orbench_1 → fp_orbench_2 (both openai/orbench-mock)",
@@ -236,7 +243,7 @@ def test_a_provider_update_behind_the_same_name_is_caught_once_the_store_is_too_
     data = load(pytester.path / "r.json")
     assert data["datasets"]["mini"]["comparison"]["newly_refused"] >= 10
     assert {p["served_model"] for p in data["prompts"]} == {"orbench-mock-2026-03-01"}
-    assert data["run"]["store_max_age"] == "1s"
+    assert data["run"]["store_max_age"] == "1h"
 
 
 def test_a_target_whose_code_changed_is_asked_again_under_a_new_revision(

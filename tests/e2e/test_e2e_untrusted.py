@@ -94,15 +94,15 @@ def check_report(markdown: str) -> None:
         assert code in rendered, ident  # each id, backticks and all, is one intact code span
 
 
-def test_markdown_report_is_inert_when_rendered_by_github(nasty_run: pytest.Pytester) -> None:
+def test_the_markdown_of_the_run_and_of_compare_is_inert_when_rendered_by_github(nasty_run: pytest.Pytester) -> None:
+    # One run of 800 nasty prompts, read twice: the plugin's Markdown, then `orbench compare`'s of the same files.
     check_report((nasty_run.path / "r.md").read_text(encoding="utf-8"))
     raw = (nasty_run.path / "r.json").read_text(encoding="utf-8")
     assert "\u202e" not in raw and "\\u202e" in raw  # escaped in the file, the same string when read
     prompts = {p["id"]: p["prompt"] for p in json.loads(raw)["prompts"]}
     assert prompts["nasty-q`1"] == f"Case 1: {PARTS[1]}" and prompts["nasty-q``2"] == f"Case 2: {PARTS[2]}"
 
-
-def test_compare_writes_the_same_inert_report_within_its_limit(nasty_run: pytest.Pytester) -> None:
+    # `orbench compare` writes the same inert report, within its limit.
     done = subprocess.run([sys.executable, "-m", "pytest_orbench.tools.cli", "compare", "b.json", "r.json", "--markdown", "c.md"],
                           cwd=nasty_run.path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stderr

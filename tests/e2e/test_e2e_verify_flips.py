@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from pytest_orbench.tools.simulator.roles import decide, overturned, reply_text, template_class
-from tests.conftest import REPO, load, mock_args, stats
+from tests.conftest import REPO, SharedBaseline, load, mock_args, stats
 
-pytestmark = [pytest.mark.usefixtures("orbench_env"), pytest.mark.slow]
+pytestmark = pytest.mark.usefixtures("orbench_env")
 CAREFUL = REPO / "examples" / "careful-system-prompt.txt"
 SHARE = 0.25  # the judge reads 1 in 4 replies the other way
 
@@ -52,11 +52,13 @@ def expected(data_dir: Path, results: dict[str, Any]) -> dict[str, dict[str, int
     return found
 
 
-def test_flips_are_verified_with_exact_calls_and_the_gate_decides_on_them(pytester: pytest.Pytester,
-                                                                        mock_factory: Any, data_dir: Path) -> None:
-    model, judge = mock_factory(), mock_factory(judge_overturn=SHARE)
-    common = ("--orbench-sample", "300", "--orbench-seed", "11", "--orbench-baseline", "base.json")
-    assert pytester.runpytest(*mock_args(model, *common, "--orbench-update-baseline")).ret == 0
+@pytest.mark.slow
+def test_flips_are_verified_with_exact_calls_and_the_gate_decides_on_them(pytester: pytest.Pytester, mock_factory: Any,
+                                                                        shared_baseline: SharedBaseline,
+                                                                        data_dir: Path) -> None:
+    model, judge = shared_baseline.server, mock_factory(judge_overturn=SHARE)
+    shared_baseline.use(pytester.path, "base.json")
+    common = (*shared_baseline.sample, "--orbench-baseline", "base.json")
     verify = (f"--orbench-system-prompt-file={CAREFUL}", "--orbench-verify-flips", "--orbench-judge-model",
               "openai/orbench-judge", "--orbench-judge-api-base", judge.url)
     result = pytester.runpytest(*mock_args(model, *common, *verify, "--orbench-json", "r.json", "--orbench-markdown",
@@ -100,11 +102,11 @@ def test_flips_are_verified_with_exact_calls_and_the_gate_decides_on_them(pytest
         {n: w["overturned"] for n, w in want.items()}
 
 
-def test_a_failing_judge_endpoint_leaves_the_flips_unverified_and_the_regression_fails(pytester: pytest.Pytester,
-                                                                                       mock: Any) -> None:
-    common = ("--orbench-sample", "200", "--orbench-seed", "11", "--orbench-baseline", "base.json")
-    assert pytester.runpytest(*mock_args(mock, *common, "--orbench-update-baseline")).ret == 0
-    result = pytester.runpytest(*mock_args(mock, *common, f"--orbench-system-prompt-file={CAREFUL}",
+def test_a_failing_judge_endpoint_leaves_the_flips_unverified_and_the_regression_fails(
+        pytester: pytest.Pytester, shared_baseline: SharedBaseline) -> None:
+    shared_baseline.use(pytester.path, "base.json")
+    common = (*shared_baseline.sample, "--orbench-baseline", "base.json")
+    result = pytester.runpytest(*mock_args(shared_baseline.server, *common, f"--orbench-system-prompt-file={CAREFUL}",
                                            "--orbench-verify-flips", "--orbench-judge-model", "openai/judge",
                                            "--orbench-judge-api-base", "http://127.0.0.1:9/v1", "--orbench-retries", "0",
                                            "--orbench-json", "r.json"))

@@ -162,10 +162,18 @@ def _misread_direct_refusals(setup: Setup, count: int | None = None) -> list[dic
 def _damage_flipped_records(setup: Setup, pytester: pytest.Pytester, store: Path) -> None:
     """Fill the store with this run's replies, then break the stored records of the five flipped prompts (not JSON, a
     list, a null text: read as an empty reply, a refusal, it would have hidden the flips the other way round)."""
-    first = pytester.runpytest(*setup.args(f"--orbench-system-prompt-file={setup.folder / 'careful.txt'}",
-                                           "--orbench-json", "first.json", store=store))
-    assert first.ret == 1, first.stdout.str()[-2000:]
-    keys = [p["reply_key"] for p in load(pytester.path / "first.json")["prompts"] if p["prompt"] in setup.flipped]
+    filled, listed = setup.folder / "careful-store", setup.folder / "careful-keys.txt"
+    if filled.is_dir():  # the rows that damage it share the run that fills it (a module's rows run in one process)
+        shutil.rmtree(store)
+        shutil.copytree(filled, store)
+        keys = listed.read_text(encoding="utf-8").split()
+    else:
+        first = pytester.runpytest(*setup.args(f"--orbench-system-prompt-file={setup.folder / 'careful.txt'}",
+                                               "--orbench-json", "first.json", store=store))
+        assert first.ret == 1, first.stdout.str()[-2000:]
+        keys = [p["reply_key"] for p in load(pytester.path / "first.json")["prompts"] if p["prompt"] in setup.flipped]
+        shutil.copytree(store, filled)
+        listed.write_text("\n".join(keys), encoding="utf-8")
     assert len(keys) == FLIPS
     damage_records(store, keys)
 
