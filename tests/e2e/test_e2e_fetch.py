@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 
 from pytest_orbench.tools.simulator.server import MockServer
 from tests.conftest import load, mock_args, stats
+from tests.fetch.events import Run, stored_replies, wait_for
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
 
@@ -467,20 +469,21 @@ def test_an_interrupted_run_counts_every_call_it_paid_for_and_says_what_it_waits
     # run. The results counted only the prompts that ran ("calls: 4 made" after 8 calls).
     import signal
 
-    server = mock_factory(latency=1.0)
-    proc = start_run(pytester.path, server, "--orbench-datasets", "toxic", "--orbench-sample", "12", "--orbench-seed",
-                     "3", "--orbench-concurrency", "4", "--orbench-json", "r.json", "-q")
-    deadline = time.monotonic() + 60
-    while stats(server.url)["completions"] < 4 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    time.sleep(0.3)  # the first 4 tests report; the next 4 calls are in flight
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=60)
+    gate = threading.Semaphore(4)  # the first 4 replies come; the next 4 requests wait in flight until released
+    server = mock_factory(gate=gate)
+    run = Run(mock_args(server, "--orbench-datasets", "toxic", "--orbench-sample", "12", "--orbench-seed", "3",
+                        "--orbench-concurrency", "4", "--orbench-json", "r.json", "-v"), pytester.path)
+    wait_for(lambda: stats(server.url)["held"] == 4, "4 requests in flight after 4 replies")
+    run.wait_for_output(r"orbench/toxic::\S+ (PASSED|XFAIL)")  # a prompt test has run
+    run.proc.send_signal(signal.SIGINT)
+    run.wait_for_output("orbench: stopping the fetch at")  # the stop is under way: the replies in flight may come
+    gate.release(100)
+    out = run.finish()
     calls = load(pytester.path / "r.json")["run"]["calls"]
     served = stats(server.url)
-    assert served["requests"] == served["completions"] and 4 < served["requests"] < 12, out  # in flight: finished
+    assert served["requests"] == served["completions"] == 8, out  # in flight: finished; none asked after the stop
     # Every call paid for is counted: the prompts that ran in `made`, the rest in `fetched_not_run`.
-    assert calls["made"] + calls["fetched_not_run"] == served["requests"] and calls["fetched_not_run"] > 0, out
+    assert calls["made"] + calls["fetched_not_run"] == served["requests"] and calls["fetched_not_run"] >= 4, out
     assert f"{calls['fetched_not_run']} more fetched for prompts that did not run (stored; not counted here)" in out
     # The wait for the calls in flight (up to a minute) is said, not left to look like a hang.
     assert re.search(r"orbench: stopping the fetch at \d+/12 replies: the requests in flight are paid for, so they "
@@ -494,30 +497,25 @@ def test_a_second_ctrl_c_ends_the_wait_for_the_replies_in_flight_and_says_so(
     # said "no prompt ran: nothing was asked" while four replies were paid for and being stored.
     import signal
 
-    server = mock_factory(latency=3.0)
-    proc = start_run(pytester.path, server, "--orbench-datasets", "toxic", "--orbench-sample", "8", "--orbench-seed",
-                     "3", "--orbench-concurrency", "4", "-q")
-    deadline = time.monotonic() + 60
+    gate = threading.Semaphore(0)  # every reply waits until the test lets it through
+    server = mock_factory(gate=gate)
+    args = mock_args(server, "--orbench-datasets", "toxic", "--orbench-sample", "8", "--orbench-seed", "3",
+                     "--orbench-concurrency", "4")
+    run = Run([*args, "-q"], pytester.path)
     # The first call goes alone (fetch/gate.py): the others wait for its reply, and are not asked after the stop.
-    while stats(server.url)["requests"] < 1 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
-    time.sleep(1.0)  # the first one is handled: the session waits for the reply in flight (~2 s more)
-    assert stats(server.url)["completions"] == 0
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=60)
+    wait_for(lambda: stats(server.url)["held"] == 1, "the first request in flight")
+    run.proc.send_signal(signal.SIGINT)
+    run.wait_for_output("orbench: stopping the fetch at 0/8 replies")  # the session waits for the reply in flight
+    run.proc.send_signal(signal.SIGINT)
+    out = run.finish()
     assert stats(server.url)["completions"] == 0, out  # it did stop waiting
     assert "nothing was asked" not in out, out
     assert re.search(r"orbench: no prompt test ran: nothing was judged or compared and no results file was written; "
                      r"the fetch process \(pid \d+\) stores the replies it was asked for by itself, and the next run "
                      r"reuses them", out), out
-    deadline = time.monotonic() + 30
-    while stats(server.url)["completions"] < 1 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.5)  # committed within 50 ms of the last reply
-    rerun = pytester.runpytest_subprocess(*mock_args(server, "--orbench-datasets", "toxic", "--orbench-sample", "8",
-                                                     "--orbench-seed", "3", "--orbench-concurrency", "4"), timeout=120)
+    gate.release(100)
+    wait_for(lambda: stored_replies(pytester.path / ".orbench") == 1, "the orphaned fetch process to store its reply")
+    rerun = pytester.runpytest_subprocess(*args, timeout=120)
     rerun.stdout.fnmatch_lines(["orbench: 8 prompts, 1 stored, 7 to fetch, 4 at a time"])
     assert stats(server.url)["requests"] == 8  # none asked after the stop, none asked twice
 
@@ -550,43 +548,41 @@ def test_a_signal_to_the_whole_process_group_still_stores_the_replies_in_flight(
     # alone is signalled, so a re-run does not ask them again.
     import os
     import signal
-    import subprocess
 
-    server = mock_factory(latency=1.5)
-    args = [sys.executable, "-m", "pytest", *mock_args(server, "--orbench-datasets", "toxic", "--orbench-sample", "8",
-                                                       "--orbench-seed", "3", "--orbench-concurrency", "4", "-q",
-                                                       *workers)]
-    proc = subprocess.Popen(args, cwd=pytester.path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)  # a group of its own, as in a shell
+    gate = threading.Semaphore(1)  # the first reply comes; the 4 requests after it wait in flight until released
+    server = mock_factory(gate=gate)
+    args = mock_args(server, "--orbench-datasets", "toxic", "--orbench-sample", "8", "--orbench-seed", "3",
+                     "--orbench-concurrency", "4")
+    run = Run([*args, "-q", *workers], pytester.path, new_session=True)  # a group of its own, as in a shell
     try:
-        deadline = time.monotonic() + 60
-        while stats(server.url)["requests"] < 5 and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
+        # The first call went alone (fetch/gate.py); then 4 in flight.
+        wait_for(lambda: stats(server.url)["held"] == 4, "4 requests in flight after the first reply")
         served = stats(server.url)
-        # The first call went alone (fetch/gate.py); then 4 in flight, 1.5 s from their replies.
         assert served["requests"] == 5 and served["completions"] == 1
-        os.killpg(proc.pid, getattr(signal, signame))
-        out, _ = proc.communicate(timeout=60)  # bounded: the parent waits at most for the drain
-        deadline = time.monotonic() + 30
-        while group_members(proc.pid) and time.monotonic() < deadline:  # an orphaned fetch process drains, then leaves
-            time.sleep(0.05)
-        assert group_members(proc.pid) == [], out.decode(errors="replace")
+        os.killpg(run.pid, getattr(signal, signame))
+        # Taken: pytest stops (SIGINT: it says so and waits for the drain) or is gone (SIGTERM); only then do the
+        # replies in flight come, to a fetch process that was signalled too.
+        wait_for(lambda: run.proc.poll() is not None or "orbench: stopping the fetch at" in run.text(),
+                 f"pytest to take the {signame}")
+        gate.release(100)
+        out = run.finish(timeout=60)  # bounded: the parent waits at most for the drain
+        # An orphaned fetch process drains, then leaves.
+        wait_for(lambda: group_members(run.pid) == [], "the process group to be empty", timeout=60)
     finally:
-        if proc.poll() is None or group_members(proc.pid):
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-    rerun = pytester.runpytest_subprocess(*mock_args(server, "--orbench-datasets", "toxic", "--orbench-sample", "8",
-                                                     "--orbench-seed", "3", "--orbench-concurrency", "4"), timeout=120)
+        gate.release(100)
+        if run.proc.poll() is None or group_members(run.pid):
+            os.killpg(run.pid, signal.SIGKILL)
+            run.proc.wait(timeout=10)
+    rerun = pytester.runpytest_subprocess(*args, timeout=120)
     rerun.stdout.fnmatch_lines(["orbench: 8 prompts, 5 stored, 3 to fetch, 4 at a time"])
     served = stats(server.url)
-    assert served["completions"] == 8 and served["duplicates"] == 0  # the 4 in flight were stored, not asked again
+    assert served["completions"] == 8 and served["duplicates"] == 0, out  # the 4 in flight were stored, not asked again
 
 
 def test_a_store_locked_at_the_start_is_said_before_it_is_waited_for(pytester: pytest.Pytester, mock: Any) -> None:
     # Another process held the store's write lock (a sqlite3 shell, a backup): the run waited up to 60 s
     # without a word before its first line.
     import sqlite3
-    import threading
 
     from pytest_orbench.core.store import Store
     from pytest_orbench.core.store_database import STORE_FILE
@@ -594,16 +590,17 @@ def test_a_store_locked_at_the_start_is_said_before_it_is_waited_for(pytester: p
     Store(pytester.path / ".orbench").close()
     holder = sqlite3.connect(pytester.path / ".orbench" / STORE_FILE, isolation_level=None, check_same_thread=False)
     holder.execute("BEGIN EXCLUSIVE")
-    release = threading.Timer(3.0, lambda: holder.execute("COMMIT"))
-    release.start()
+    store = pytester.path / ".orbench"
+    said = (f"orbench: the response store {store} is locked by another process (a sqlite3 shell, a backup, another "
+            "run's long write); waiting up to 60 s for it")
     try:
-        result = pytester.runpytest_subprocess(*mock_args(mock, "--orbench-sample", "2", "--orbench-seed", "5"))
+        run = Run(mock_args(mock, "--orbench-sample", "2", "--orbench-seed", "5"), pytester.path)
+        run.wait_for_output(re.escape(said))  # said while the lock is held ...
     finally:
-        release.join()
+        holder.execute("COMMIT")  # ... and let go within the wait: the run goes on
         holder.close()
-    assert result.ret == 0  # the lock was let go within the wait: the run went on
-    result.stderr.fnmatch_lines([f"orbench: the response store {pytester.path / '.orbench'} is locked by another process "
-                                 "(a sqlite3 shell, a backup, another run's long write); waiting up to 60 s for it"])
+    out = run.finish()
+    assert run.returncode == 0, out[-3000:]
 
 
 def test_a_reply_holding_half_a_surrogate_pair_is_judged_not_the_end_of_the_fetch(pytester: pytest.Pytester,
