@@ -1,11 +1,13 @@
-"""Trust, third round (issue 34's medium items): annotations without control characters, numbers bounded
-before any call, the stop rule that fires only when the endpoint really stopped answering, a dead fetch
-process's cause shown first, and every secret value of the run scrubbed by value."""
+"""What careless or hostile use meets (issue 34's medium items): annotations without control characters, numbers
+bounded before any call, the stop rule that fires only when the endpoint really stopped answering, a dead fetch
+process's cause shown first, every secret value of the run scrubbed by value, a read-only store read offline, and
+a second run on a store being filled told that it pays twice."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -199,8 +201,6 @@ def test_exploring_a_new_dataset_needs_no_baseline_flag(pytester: pytest.Pyteste
 def test_progress_says_the_run_waits_for_a_retry_after_not_an_eta(pytester: pytest.Pytester,
                                                                    mock_factory: Any) -> None:
     # During a 60 s Retry-After the progress said "ETA 2 s", from the rate before the wait.
-    import re
-
     server = mock_factory(fault_rate=1.0, faults=("429",), retry_after=6)
     result = pytester.runpytest_subprocess(*mock_args(server, "--orbench-sample", "4", "--orbench-concurrency", "4",
                                                       "--orbench-datasets", "toxic", "--orbench-progress-every", "1",
@@ -217,8 +217,6 @@ def test_progress_says_the_run_waits_for_a_retry_after_not_an_eta(pytester: pyte
 def test_progress_lines_in_logs_never_split_a_row_of_dots(pytester: pytest.Pytester, mock_factory: Any) -> None:
     # In CI logs a progress line came in the middle of pytest's dot row, which went on, without its file
     # name, on the next line.
-    import re
-
     server = mock_factory(latency=0.2)  # 150 prompts, 4 at a time: about 7.5 s, two full rows and a part
     result = pytester.runpytest_subprocess(*mock_args(server, "--orbench-sample", "150", "--orbench-concurrency", "4",
                                                       "--orbench-datasets", "toxic", "--orbench-progress-every", "1"),
@@ -277,32 +275,36 @@ def test_a_second_run_on_a_store_being_filled_says_it_pays_twice(pytester: pytes
                                                                  mock_factory: Any) -> None:
     # Two runs sharing a store did not coordinate: the second, started 15 s later, paid again for 1,610 of
     # 1,974 prompts without a word.
-    import time
+    import threading
 
     from pytest_orbench.core.store import Store
+    from tests.fetch.events import Run, wait_for
 
-    server = mock_factory(latency=0.5)
-    args = mock_args(server, "--orbench-sample", "30", "--orbench-seed", "5", "--orbench-datasets", "toxic",
+    gate = threading.Semaphore(0)  # no reply comes until the second run has started: the first is still fetching
+    server = mock_factory(gate=gate)
+    args = mock_args(server, "--orbench-sample", "3", "--orbench-seed", "5", "--orbench-datasets", "toxic",
                      "--orbench-concurrency", "2")
-    first = pytester.popen([sys.executable, "-m", "pytest", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           stdin=subprocess.DEVNULL)
+
+    def fetching() -> bool:  # the first run's fetch has begun: the store shows it to other runs
+        if not (pytester.path / ".orbench" / "responses.sqlite3").is_file():
+            return False
+        store = Store(pytester.path / ".orbench")
+        try:
+            return bool(store.other_runs("none"))
+        finally:
+            store.close()
+
+    first = Run(args, pytester.path)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # until the first run's fetch has begun
-            if (pytester.path / ".orbench" / "responses.sqlite3").is_file():
-                store = Store(pytester.path / ".orbench")
-                try:
-                    if store.other_runs("none"):
-                        break
-                finally:
-                    store.close()
-            time.sleep(0.2)
-        second = pytester.runpytest(*args)
+        wait_for(fetching, "the first run's fetch to begin")
+        second = Run(args, pytester.path)
+        second.wait_for_output(r"orbench: 3 prompts, ")
     finally:
-        first.communicate(timeout=120)
-    second.stdout.fnmatch_lines(["orbench: 30 prompts, * stored, * to fetch, 2 at a time; another run (pid *, started * s "
-                                 "ago) is fetching into this store now (* replies to go): what it has not stored yet is "
-                                 "asked again here and paid twice; let it finish first to reuse its replies"])
-    assert first.returncode == 0 and second.ret == 0
+        gate.release(100)
+    second_out, first_out = second.finish(), first.finish()
+    assert re.search(r"orbench: 3 prompts, \d+ stored, \d+ to fetch, 2 at a time; another run \(pid \d+, started \d+ s "
+                     r"ago\) is fetching into this store now \(\d+ replies to go\): what it has not stored yet is asked "
+                     r"again here and paid twice; let it finish first to reuse its replies", second_out), second_out
+    assert first.returncode == 0 and second.returncode == 0, first_out[-2000:] + second_out[-2000:]
     alone = pytester.runpytest(*args)  # nothing else fetching: nothing said
     assert "another run" not in alone.stdout.str()
