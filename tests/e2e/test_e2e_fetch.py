@@ -232,7 +232,7 @@ def test_xdist_asks_again_what_is_too_old_and_never_replays_it(pytester: pytest.
     assert pytester.runpytest(*args).ret == 0 and stats(mock.url)["completions"] == 5
     for n, age in enumerate((["--orbench-refresh"], ["--orbench-store-max-age", "1s"]), start=2):
         stored_until = newest()
-        wait_for(lambda: time.time() > stored_until + 1.05, "every stored reply to be older than 1 s")
+        wait_for(lambda until=stored_until: time.time() > until + 1.05, "every stored reply to be older than 1 s")
         again = pytester.runpytest_subprocess(*args, *age, "-n", "2", "--orbench-json", "r.json", timeout=240)
         assert again.ret == 0, age
         assert stats(mock.url)["completions"] == 5 * n, age
@@ -244,13 +244,23 @@ def test_xdist_asks_again_what_is_too_old_and_never_replays_it(pytester: pytest.
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_long_runs_say_how_far_the_fetch_got(pytester: pytest.Pytester, mock_factory: Callable[..., MockServer],
                                              workers: list[str]) -> None:
-    server = mock_factory(latency=0.5)  # 28 prompts, 4 at a time: about 3.5 s
-    result = pytester.runpytest_subprocess(*mock_args(server, "--orbench-sample", "28", "--orbench-concurrency", "4",
-                                                      "--orbench-datasets", "toxic", "--orbench-progress-every", "1",
-                                                      "-v", *workers), timeout=240)
-    lines = [line for line in result.outlines if line.startswith("orbench: ") and " replies (" in line]
-    assert len(lines) >= 2, result.outlines  # every second, each on a line of its own ...
-    assert all(re.fullmatch(r"orbench: \d+/28 replies \(\d+%\), [\d.]+/s, ETA (\d+ s|unknown), 0 errors so far", line)
+    # The replies come when the test lets them: a progress line at 0 replies, then one at 3 (the first goes
+    # alone, then 2 of the 4 in flight), then the rest; however slow the machine, the lines say how far it got.
+    gate = threading.Semaphore(0)
+    server = mock_factory(gate=gate)
+    run = Run(mock_args(server, "--orbench-sample", "6", "--orbench-concurrency", "4", "--orbench-datasets", "toxic",
+                        "--orbench-progress-every", "1", "-v", *workers), pytester.path)
+    try:
+        run.wait_for_output(r"orbench: 0/6 replies")
+        gate.release(3)
+        run.wait_for_output(r"orbench: 3/6 replies")
+    finally:
+        gate.release(100)
+    outlines = run.finish().splitlines()
+    assert run.returncode == 0, outlines[-20:]
+    lines = [line for line in outlines if line.startswith("orbench: ") and " replies (" in line]
+    assert len(lines) >= 2, outlines  # every second, each on a line of its own ...
+    assert all(re.fullmatch(r"orbench: \d+/6 replies \(\d+%\), [\d.]+/s, ETA (\d+ s|unknown), 0 errors so far", line)
                for line in lines), lines
     done = [int(re.match(r"orbench: (\d+)/", line)[1]) for line in lines]  # type: ignore[index]
     assert done == sorted(done) and done[-1] > done[0], done  # ... saying how far the fetch got
@@ -268,8 +278,10 @@ def test_progress_lines_can_be_turned_off(pytester: pytest.Pytester, mock_factor
     result.stderr.fnmatch_lines(["*progress_every must be 0 (no progress lines) or a number of seconds, got -1.0*"])
 
 
-def on_a_terminal(args: list[str], cwd: Path, timeout: float = 120) -> str:
-    """Runs pytest with a pseudo-terminal as its output; returns every byte it wrote, decoded."""
+def on_a_terminal(args: list[str], cwd: Path, timeout: float = 120,
+                  on_output: Callable[[str], None] | None = None) -> str:
+    """Runs pytest with a pseudo-terminal as its output; returns every byte it wrote, decoded. `on_output` is
+    given all of it so far each time more comes."""
     import os
     import pty
     import subprocess
@@ -290,6 +302,8 @@ def on_a_terminal(args: list[str], cwd: Path, timeout: float = 120) -> str:
         if not chunk:
             break
         chunks.append(chunk)
+        if on_output is not None:
+            on_output(b"".join(chunks).decode("utf-8", "replace"))
     os.close(main)
     proc.wait(timeout=30)
     return b"".join(chunks).decode("utf-8", "replace")
@@ -320,12 +334,22 @@ def screen(raw: str) -> list[str]:
 def test_on_a_terminal_progress_is_one_status_updated_in_place(pytester: pytest.Pytester,
                                                                mock_factory: Callable[..., MockServer],
                                                                workers: list[str]) -> None:
-    # 16 prompts, 4 at a time: the tests wait four times; the xdist controller shows the status only
-    # after a second without results, so its waits are longer.
-    server = mock_factory(latency=2.0)  # long enough for two updates even on a loaded machine
-    raw = on_a_terminal(mock_args(server, "--orbench-sample", "16", "--orbench-concurrency", "4",
-                                  "--orbench-datasets", "toxic", *workers), pytester.path)
+    # The first reply comes, then the others wait until the status has been shown twice (the xdist controller
+    # shows it only after a second without results): however slow the machine, the tests wait long enough.
     status = re.compile(r"orbench: \d+/16 replies \(\d+%\), [\d.]+/s, ETA \d+ s, 0 errors so far")
+    gate = threading.Semaphore(1)
+    server = mock_factory(gate=gate)
+
+    def release_once_shown_twice(raw: str) -> None:
+        if len(status.findall(raw)) >= 2 and stats(server.url)["held"]:
+            gate.release(100)
+
+    try:
+        raw = on_a_terminal(mock_args(server, "--orbench-sample", "16", "--orbench-concurrency", "4",
+                                      "--orbench-datasets", "toxic", *workers), pytester.path,
+                            on_output=release_once_shown_twice)
+    finally:
+        gate.release(100)
     shown = status.findall(raw)
     assert len(shown) >= 2, raw[-2000:]  # updated while the tests wait ...
     assert "\b" in raw  # ... in place ...
