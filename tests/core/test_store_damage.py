@@ -115,8 +115,8 @@ def test_orbench_commands_name_a_damaged_store(pytester: pytest.Pytester, shared
 
 
 def test_the_action_comment_says_inconclusive_and_names_the_store(pytester: pytest.Pytester, shared_mock: Any,
-                                                                 good_store: Path, env: dict[str, str],
-                                                                 github: Any,  # noqa: F811
+                                                                 good_store: Path,
+                                                                 env: dict[str, str], github: Any,  # noqa: F811
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     from action.main import main as action_main
     from tests.action.test_action import outputs, stopped_with_usage_error

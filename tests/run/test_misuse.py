@@ -216,20 +216,46 @@ def test_progress_says_the_run_waits_for_a_retry_after_not_an_eta(pytester: pyte
 
 def test_progress_lines_in_logs_never_split_a_row_of_dots(pytester: pytest.Pytester, mock_factory: Any) -> None:
     # In CI logs a progress line came in the middle of pytest's dot row, which went on, without its file
-    # name, on the next line.
-    server = mock_factory(latency=0.2)  # 150 prompts, 4 at a time: about 7.5 s, two full rows and a part
-    result = pytester.runpytest_subprocess(*mock_args(server, "--orbench-sample", "150", "--orbench-concurrency", "4",
-                                                      "--orbench-datasets", "toxic", "--orbench-progress-every", "1"),
-                                           timeout=240)
-    assert result.ret == 0, result.outlines[-20:]
-    progress = [i for i, line in enumerate(result.outlines) if line.startswith("orbench: ") and " replies (" in line]
-    assert progress, result.outlines
-    rows = [line for line in result.outlines if re.fullmatch(r"(orbench/toxic )?[.xEF]+ *(\[ *\d+%\])?", line)]
-    assert len(rows) >= 3 and all(row.startswith("orbench/toxic ") and row.endswith("%]") for row in rows), rows
-    before = [next(line for line in reversed(result.outlines[:i]) if line.strip()) for i in progress]
-    # after a complete row, or before the row's first result (the row then begins again under its name)
+    # name, on the next line. 150 prompts: two full rows and a part. The replies stop after 50, in the middle
+    # of the first row, until a progress line has fallen due there (tests waiting over a second); it is
+    # written once the row is complete, not in its middle.
+    import threading
+    import time
+
+    from tests.fetch.events import Run, wait_for
+
+    row = re.compile(r"(orbench/toxic )?([.xEF]+) *(\[ *\d+%\])?")
+
+    def results_shown() -> int:
+        return sum(len(match[2]) for line in run.text().splitlines() if (match := row.fullmatch(line)))
+
+    gate = threading.Semaphore(50)
+    server = mock_factory(gate=gate)
+    run = Run(mock_args(server, "--orbench-sample", "150", "--orbench-seed", "1", "--orbench-concurrency", "4",
+                        "--orbench-datasets", "toxic", "--orbench-progress-every", "1"), pytester.path)
+    try:
+        # (the 50 replies let through are those whose requests reached the simulator first, which of the last 4 in
+        # flight is not in their order: the tests stop at the first prompt held, at least 46 in)
+        wait_for(lambda: results_shown() >= 46, "46 results in the first row")
+        # The one wait on the clock here is the product's own: a progress line falls due after a second of
+        # waiting (fetch/wait.py asks for it once a second); three seconds leave it due however loaded the machine.
+        time.sleep(3)
+    finally:
+        gate.release(1000)
+    outlines = run.finish().splitlines()
+    assert run.returncode == 0, outlines[-20:]
+    progress = [i for i, line in enumerate(outlines) if line.startswith("orbench: ") and " replies (" in line]
+    assert progress, outlines
+    rows = [i for i, line in enumerate(outlines) if row.fullmatch(line)]
+    assert len(rows) >= 3 and all(outlines[i].endswith("%]") for i in rows), outlines  # no row cut short
+    before = [next(line for line in reversed(outlines[:i]) if line.strip()) for i in progress]
+    # after a complete row, or before the row's first result ...
     assert all(re.search(r"\[ *\d+%\]$", line) or line.startswith("orbench: ") or line == "orbench/toxic "
-               for line in before), result.outlines
+               for line in before), outlines
+    assert any(re.search(r"\[ *\d+%\]$", line) for line in before), outlines  # (the line due mid-row, after it)
+    # ... and the row after a progress line begins again under its name (pytest's own wrap of a row does not).
+    after = [next(line for line in outlines[i + 1:] if line.strip()) for i in progress]
+    assert all(line.startswith(("orbench/toxic ", "orbench: ", "=")) for line in after), outlines
 
 
 @pytest.fixture
