@@ -447,20 +447,24 @@ def start_run(cwd: Path, server: MockServer, *args: str) -> subprocess.Popen[str
 
 
 def kill_midway(proc: subprocess.Popen[str], server: MockServer, candidates: Callable[[], list[int]],
-                requests: int) -> tuple[int | None, str, float]:
-    """SIGKILLs the first of `candidates()` once `server` has had `requests` requests (given up after 60 s,
-    or when `proc` ends first); then (the pid killed, `proc`'s output, seconds from the kill to its end)."""
+                requests: int, gate: threading.Semaphore) -> tuple[int | None, str, float]:
+    """SIGKILLs the first of `candidates()` once `server` has had `requests` requests (given up after 120 s,
+    or when `proc` ends first), then lets the replies `gate` holds through; then (the pid killed, `proc`'s
+    output, seconds from the kill to its end)."""
     import os
     import signal
 
     killed = None
-    deadline = time.monotonic() + 60
-    while killed is None and time.monotonic() < deadline and proc.poll() is None:
-        found = candidates()
-        if found and stats(server.url)["requests"] >= requests:
-            killed = found[0]
-            os.kill(killed, signal.SIGKILL)
-        time.sleep(0.02)
+    deadline = time.monotonic() + 120
+    try:
+        while killed is None and time.monotonic() < deadline and proc.poll() is None:
+            found = candidates()
+            if found and stats(server.url)["requests"] >= requests:
+                killed = found[0]
+                os.kill(killed, signal.SIGKILL)
+            time.sleep(0.02)
+    finally:
+        gate.release(1000)
     started = time.monotonic()
     out, _ = proc.communicate(timeout=120)
     return killed, out, time.monotonic() - started
@@ -471,11 +475,12 @@ def kill_midway(proc: subprocess.Popen[str], server: MockServer, candidates: Cal
                     reason="reads /proc; two fetch processes need two cores")
 def test_a_fetch_process_killed_midway_turns_its_prompts_into_errors_at_once(
         pytester: pytest.Pytester, mock_factory: Callable[..., MockServer]) -> None:
-    server = mock_factory(latency=0.2)  # 240 prompts, 8 at a time from 2 processes: about 6 s
+    gate = threading.Semaphore(40)  # 40 replies, then the requests in flight wait until the kill
+    server = mock_factory(gate=gate)
     report = pytester.path / "run.json"
     proc = start_run(pytester.path, server, "--orbench-sample", "240", "--orbench-datasets", "toxic",
                      "--orbench-concurrency", "8", "--orbench-seed", "1", "--orbench-json", str(report), "-q")
-    killed, out, seconds = kill_midway(proc, server, lambda: forked_fetch_processes(proc.pid), 40)
+    killed, out, seconds = kill_midway(proc, server, lambda: forked_fetch_processes(proc.pid), 40, gate)
     assert killed is not None, out
     assert seconds < 30, out  # no wait for a silent heartbeat
     results = json.loads(report.read_text())
@@ -491,10 +496,11 @@ def test_under_xdist_a_killed_fetch_process_is_an_error_at_once_naming_the_signa
         pytester: pytest.Pytester, mock_factory: Callable[..., MockServer]) -> None:
     # Only the controller sees its child die; the workers waiting for replies learnt it from a heartbeat
     # gone stale after 30 s ("has said nothing for 30 s; it is taken for dead").
-    server = mock_factory(latency=0.3)  # 40 prompts, 4 at a time: 3 s
+    gate = threading.Semaphore(4)  # 4 replies, then the requests in flight wait until the kill
+    server = mock_factory(gate=gate)
     proc = start_run(pytester.path, server, "--orbench-sample", "40", "--orbench-datasets", "toxic",
                      "--orbench-concurrency", "4", "-n", "2", "-q")
-    killed, out, seconds = kill_midway(proc, server, lambda: fetch_children(proc.pid), 8)
+    killed, out, seconds = kill_midway(proc, server, lambda: fetch_children(proc.pid), 8, gate)
     assert killed is not None, out
     assert seconds < 20, out
     assert "no reply for toxic-" in out and "the fetch process was killed by signal 9 (SIGKILL)" in out, out
