@@ -217,9 +217,10 @@ def test_progress_says_the_run_waits_for_a_retry_after_not_an_eta(pytester: pyte
 
 def test_progress_lines_in_logs_never_split_a_row_of_dots(pytester: pytest.Pytester, mock_factory: Any) -> None:
     # In CI logs a progress line came in the middle of pytest's dot row, which went on, without its file
-    # name, on the next line. 150 prompts: two full rows and a part. The replies stop after 50, in the middle
-    # of the first row, until a progress line has fallen due there (tests waiting over a second); it is
-    # written once the row is complete, not in its middle.
+    # name, on the next line. 150 prompts: rows of N results under the file name, or N + 14 where pytest wraps a
+    # row (no name). The replies stop twice until a progress line has fallen due (tests waiting over a second):
+    # in the middle of the first row, and a few results into a wrapped row (whose first 14 results were once
+    # taken for the file name, and the line cut the row there). Each line is written once its row is complete.
     import threading
     import time
 
@@ -230,17 +231,29 @@ def test_progress_lines_in_logs_never_split_a_row_of_dots(pytester: pytest.Pytes
     def results_shown() -> int:
         return sum(len(match[2]) for line in run.text().splitlines() if (match := row.fullmatch(line)))
 
+    def stall_at(shown: int) -> None:
+        wait_for(lambda: results_shown() >= shown, f"{shown} results shown")
+        # The one wait on the clock here is the product's own: a progress line falls due after a second of
+        # waiting (fetch/wait.py asks for it once a second); three seconds leave it due however loaded the machine.
+        time.sleep(3)
+
     gate = threading.Semaphore(50)
     server = mock_factory(gate=gate)
     run = Run(mock_args(server, "--orbench-sample", "150", "--orbench-seed", "1", "--orbench-concurrency", "4",
                         "--orbench-datasets", "toxic", "--orbench-progress-every", "1"), pytester.path)
     try:
-        # (the 50 replies let through are those whose requests reached the simulator first, which of the last 4 in
-        # flight is not in their order: the tests stop at the first prompt held, at least 46 in)
-        wait_for(lambda: results_shown() >= 46, "46 results in the first row")
-        # The one wait on the clock here is the product's own: a progress line falls due after a second of
-        # waiting (fetch/wait.py asks for it once a second); three seconds leave it due however loaded the machine.
-        time.sleep(3)
+        # (the replies let through are those whose requests reached the simulator first, which of the last 4 in
+        # flight is not in their order: the tests stop at the first prompt held, at most 4 earlier)
+        stall_at(46)
+        gate.release(20)  # enough to complete the first row (57 results at 80 columns)
+        wait_for(lambda: re.search(r"^orbench/toxic [.xEF]+ \[ *\d+%\]$", run.text(), re.MULTILINE),
+                 "the first row complete")
+        first = re.search(r"^orbench/toxic ([.xEF]+) \[ *\d+%\]$", run.text(), re.MULTILINE)
+        assert first is not None
+        width = len(first[1])  # results in a row under the name; the next row is one, the one after it wraps
+        assert 50 + 20 <= 2 * width + 5, width
+        gate.release(2 * width + 5 - 50 - 20)
+        stall_at(2 * width + 1)
     finally:
         gate.release(1000)
     outlines = run.finish().splitlines()
@@ -248,7 +261,7 @@ def test_progress_lines_in_logs_never_split_a_row_of_dots(pytester: pytest.Pytes
     progress = [i for i, line in enumerate(outlines) if line.startswith("orbench: ") and " replies (" in line]
     assert progress, outlines
     rows = [i for i, line in enumerate(outlines) if row.fullmatch(line)]
-    assert len(rows) >= 3 and all(outlines[i].endswith("%]") for i in rows), outlines  # no row cut short
+    assert len(rows) >= 3 and all(outlines[i].endswith("%]") for i in rows), "\n".join(outlines)  # no row cut short
     before = [next(line for line in reversed(outlines[:i]) if line.strip()) for i in progress]
     # after a complete row, or before the row's first result ...
     assert all(re.search(r"\[ *\d+%\]$", line) or line.startswith("orbench: ") or line == "orbench/toxic "
