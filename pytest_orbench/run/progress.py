@@ -92,8 +92,13 @@ class ProgressDisplay:
         if self.verbosity > 0 or not isinstance(reporter.currentfspath, os.PathLike):
             return False
         tw = self.config.get_terminal_writer()
-        prefix = len(os.path.relpath(reporter.currentfspath, reporter.startpath)) + 1  # "orbench/toxic "
-        return prefix < tw.width_of_current_line < tw.fullwidth - 1  # a complete row ends with its percentage
+        prefix = os.path.relpath(reporter.currentfspath, reporter.startpath) + " "  # "orbench/toxic "
+        line = getattr(tw, "_current_line", None)  # pytest's TerminalWriter keeps the line it is writing
+        if isinstance(line, str):
+            # A row pytest wrapped goes on without the file name: its first results are a row already begun
+            # (a line there cut it short, without its percentage, as a busy endpoint showed).
+            return line not in ("", prefix) and tw.width_of_current_line < tw.fullwidth - 1
+        return len(prefix) < tw.width_of_current_line < tw.fullwidth - 1  # a complete row ends with its percentage
 
     def _write_log_line(self, reporter: Any, text: str) -> None:
         """A progress line in a log. Within a row of results pytest writes each test's letter where the line is,

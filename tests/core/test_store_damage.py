@@ -36,17 +36,28 @@ def run(pytester: pytest.Pytester, *args: str) -> subprocess.CompletedProcess[st
                           timeout=300, env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
 
 
+GOOD = ("--orbench-sample", "5", "--orbench-seed", "1")  # the runs of good_store; 10 prompts fill a store of many pages
+
+
 @pytest.fixture(scope="module")
 def good_store(tmp_path_factory: pytest.TempPathFactory, shared_mock: Any, data_dir: Path) -> Path:
-    """A store that holds every reply of the runs below, made once (copied into each test, then damaged)."""
+    """A folder holding a store with every reply of a run of GOOD, and that run's results (r.json), made once
+    (copied into each test, then damaged)."""
     folder = tmp_path_factory.mktemp("good")
     environ = {**os.environ, "ORBENCH_DATA_DIR": str(data_dir), "OPENAI_API_KEY": "sk-test-not-a-real-key",
                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    done = subprocess.run([sys.executable, "-m", "pytest", *mock_args(shared_mock, "--orbench-sample", "60",
-                           "--orbench-seed", "1", "--orbench-store", str(folder / ".orbench"))], cwd=folder,
-                          capture_output=True, text=True, timeout=300, env=environ)
+    done = subprocess.run([sys.executable, "-m", "pytest", *mock_args(shared_mock, *GOOD, "--orbench-json", "r.json")],
+                          cwd=folder, capture_output=True, text=True, timeout=300, env=environ)
     assert done.returncode == 0, done.stdout[-2000:]
-    return folder / ".orbench"
+    assert (folder / STORE).stat().st_size // 4096 >= 4, "too few pages for an interior page and a last one"
+    return folder
+
+
+def damaged_copy(good_store: Path, where: Path, page: int | None) -> None:
+    """good_store's store and results copied into `where`, one page of the store overwritten."""
+    shutil.copytree(good_store / ".orbench", where / ".orbench")
+    shutil.copy(good_store / "r.json", where / "r.json")
+    damage(where / STORE, page)
 
 
 @pytest.mark.parametrize(("page", "workers"), [(1, []), (None, []), (1, ["-n", "2"])],
@@ -54,19 +65,19 @@ def good_store(tmp_path_factory: pytest.TempPathFactory, shared_mock: Any, data_
 def test_a_damaged_store_is_a_usage_error_before_any_call(pytester: pytest.Pytester, shared_mock: Any, good_store: Path,
                                                           page: int | None, workers: list[str]) -> None:
     mock = shared_mock
-    args = mock_args(mock, "--orbench-sample", "60", "--orbench-seed", "1")
-    shutil.copytree(good_store, pytester.path / ".orbench")
+    args = mock_args(mock, *GOOD)
+    damaged_copy(good_store, pytester.path, page)
     made = stats(mock.url)["requests"]
-    damage(pytester.path / STORE, page)
     result = run(pytester, *args, *workers)
     assert result.returncode == 4, result.stdout[-2000:] + result.stderr[-2000:]
     assert "INTERNALERROR" not in result.stdout + result.stderr
     assert f"the response store {pytester.path / '.orbench'} is damaged" in result.stderr
     assert "it holds only replies that can be asked again: delete that file (or move it aside)" in result.stderr
     assert stats(mock.url)["requests"] == made  # not one call
-    # The fix, as said: moved aside, the next run asks again.
-    (pytester.path / STORE).rename(pytester.path / "damaged.sqlite3")
-    assert run(pytester, *args).returncode == 0
+    if page == 1 and not workers:  # (once: the same for any damage)
+        # The fix, as said: moved aside, the next run asks again.
+        (pytester.path / STORE).rename(pytester.path / "damaged.sqlite3")
+        assert run(pytester, *args).returncode == 0
 
 
 def test_damage_met_during_the_run_stops_it_inconclusive(pytester: pytest.Pytester, mock: Any) -> None:
@@ -92,29 +103,26 @@ def test_damage_met_during_the_run_stops_it_inconclusive(pytester: pytest.Pytest
     assert "2 failed" in result.stdout and "the run stopped early (pytest-orbench: the response store" in check["message"]
 
 
-def test_orbench_commands_name_a_damaged_store(pytester: pytest.Pytester, mock: Any, capsys: pytest.CaptureFixture[str],
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    assert run(pytester, *mock_args(mock, "--orbench-sample", "20", "--orbench-seed", "1", "--orbench-json",
-                                    "r.json")).returncode == 0
-    damage(pytester.path / STORE, 1)
+def test_orbench_commands_name_a_damaged_store(pytester: pytest.Pytester, shared_mock: Any, good_store: Path,
+                                               capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    damaged_copy(good_store, pytester.path, 1)
     monkeypatch.chdir(pytester.path)
     (pytester.path / "labelled.csv").write_text("prompt,response,label\nhi,Sure.,compliance\n", encoding="utf-8")
     for argv in (["judge-eval", "labelled.csv", "--judge", "llm", "--judge-model", "openai/judge", "--judge-api-base",
-                  mock.url], ["label", "r.json", "--export", "s.csv"], ["batches"]):
+                  shared_mock.url], ["label", "r.json", "--export", "s.csv"], ["batches"]):
         assert main(argv) == 2, argv
         assert "is damaged" in capsys.readouterr().err, argv
 
 
-def test_the_action_comment_says_inconclusive_and_names_the_store(pytester: pytest.Pytester, mock: Any,
+def test_the_action_comment_says_inconclusive_and_names_the_store(pytester: pytest.Pytester, shared_mock: Any,
+                                                                 good_store: Path,
                                                                  env: dict[str, str], github: Any,  # noqa: F811
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     from action.main import main as action_main
     from tests.action.test_action import outputs, stopped_with_usage_error
 
-    args = mock_args(mock, "--orbench-sample", "20", "--orbench-seed", "1")
-    assert run(pytester, *args).returncode == 0
-    damage(pytester.path / STORE, 1)
-    result = run(pytester, *args)
+    damaged_copy(good_store, pytester.path, 1)
+    result = run(pytester, *mock_args(shared_mock, *GOOD))
     assert result.returncode == 4
     stopped_with_usage_error(env, monkeypatch, result.stderr)  # what the Run step keeps of pytest's stderr
     assert action_main() == 1

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import re
 import signal
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +15,7 @@ import pytest
 from pytest_orbench.core.store import Store
 from pytest_orbench.tools.simulator.server import MockServer
 from tests.conftest import load, mock_args, stats
+from tests.fetch.events import Run, wait_for
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
 SAMPLE = ("--orbench-sample", "12", "--orbench-seed", "3", "--orbench-datasets", "hard-1k,toxic")
@@ -61,30 +59,39 @@ def test_a_batch_run_equals_a_synchronous_run_verdict_for_verdict_split_over_fil
     assert again.ret == sync.ret and stats(batch_server.url)["batches_created"] == 3  # stored: nothing to submit
 
 
-def signal_while_polling(pytester: pytest.Pytester, server: MockServer, args: list[str], sig: signal.Signals) -> str:
-    """Runs pytest in its own process, sends it `sig` once its batch is submitted and being polled, and
-    returns what it printed."""
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=pytester.path, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+def open_batches(store: Path) -> int:
+    """Batches the response store folder `store` holds open (0 while it does not exist)."""
+    if not (store / "responses.sqlite3").is_file():
+        return 0
+    opened = Store(store)
     try:
-        deadline = time.monotonic() + 60
-        while stats(server.url)["batches_created"] == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.5)  # polling has begun
-        proc.send_signal(sig)
-        out, _ = proc.communicate(timeout=60)
+        return len(opened.batches())
     finally:
-        proc.kill()
-    return out
+        opened.close()
+
+
+def signal_while_polling(pytester: pytest.Pytester, server: MockServer, args: list[str], sig: signal.Signals) -> str:
+    """Runs pytest in its own process, sends it `sig` once its batch is submitted and in the store (what the
+    next run resumes), and returns what it printed."""
+    run = Run(args, pytester.path)
+    try:
+        wait_for(lambda: open_batches(pytester.path / ".orbench") == 1, "the submitted batch in the store")
+        assert stats(server.url)["batches_created"] == 1
+        run.proc.send_signal(sig)
+        return run.finish(timeout=60)
+    finally:
+        run.proc.kill()
 
 
 @pytest.mark.slow
 def test_a_killed_session_leaves_its_batch_to_the_next_run_which_polls_it_instead_of_submitting_again(
     pytester: pytest.Pytester, mock_factory: Callable[..., MockServer],
 ) -> None:
-    server = mock_factory(batch_polls=40)  # done at the 40th retrieval: ~2 s of polling every 0.05 s
+    server = mock_factory(batch_polls=10**6)  # never done while the first session polls it ...
     args = mock_args(server, *SAMPLE, *FAST, "--orbench-json", "r.json")
     signal_while_polling(pytester, server, args, signal.SIGKILL)
+    assert server.state.batches is not None
+    server.state.batches.polls = 2  # ... done within the next two retrievals, whichever session makes them
     assert stats(server.url)["batches_created"] == 1 and stats(server.url)["batch_requests_answered"] == 0
     store = Store(pytester.path / ".orbench")
     try:
@@ -105,7 +112,7 @@ def test_ctrl_c_while_the_batch_is_open_says_it_is_open_not_stored(
 ) -> None:
     # Ctrl-C while the session polled its batch said "24 replies fetched meanwhile are stored, and the next run
     # reuses them": none was; the batch was open, and the next run collects it (it then reported "0 stored").
-    server = mock_factory(batch_polls=200)  # done at the 200th retrieval: ~10 s of polling every 0.05 s
+    server = mock_factory(batch_polls=10**6)  # never done: the batch is open when the session is interrupted
     out = signal_while_polling(pytester, server, mock_args(server, *SAMPLE, *FAST), signal.SIGINT)
     assert stats(server.url)["batch_requests_answered"] == 0, out
     assert (f"orbench: no prompt test ran: nothing was judged or compared and no results file was written; {N} requests "
@@ -118,7 +125,7 @@ def test_ctrl_c_while_the_batch_is_open_says_it_is_open_not_stored(
 def test_a_session_that_stops_waiting_says_so_and_the_next_run_collects_the_same_batch(
     pytester: pytest.Pytester, mock_factory: Callable[..., MockServer],
 ) -> None:
-    server = mock_factory(batch_polls=40)
+    server = mock_factory(batch_polls=10**6)  # never done while the first session waits for it
     args = mock_args(server, *SAMPLE, *FAST, "--orbench-json", "r.json")
     waited = pytester.runpytest(*args, "--orbench-batch-wait", "1s")
     assert waited.ret == 1  # what was not answered is not a pass
@@ -133,27 +140,31 @@ def test_a_session_that_stops_waiting_says_so_and_the_next_run_collects_the_same
     status = re.search(r"was (validating|in_progress); run again to collect it \(it is not submitted again\)$", error)
     assert status is not None, error
     listed = orbench_batches(pytester)
-    listed.stdout.fnmatch_lines([f"batch_*  openai {server.url}  {status.group(1)}  0/{N}  {N}  20*",
+    listed.fnmatch_lines([f"batch_*  openai {server.url}  {status.group(1)}  0/{N}  {N}  20*",
                                  "1 open: the next run with this store (and --orbench-batch) polls them instead of "
                                  "submitting their prompts again"])
+    assert server.state.batches is not None
+    server.state.batches.polls = 2  # done within the next two retrievals
     collected = pytester.runpytest(*args)
     assert collected.ret in (0, 1)
     assert all(p["error"] is None for p in load(pytester.path / "r.json")["prompts"])
     served = stats(server.url)
     assert served["batches_created"] == 1 and served["batch_requests_answered"] == N
-    orbench_batches(pytester).stdout.fnmatch_lines(["no open batches in .orbench"])
-    orbench_batches(pytester, "--all").stdout.fnmatch_lines([f"batch_*  completed (collected)  {N}/{N}  {N}  *"])
+    orbench_batches(pytester).fnmatch_lines(["no open batches in .orbench"])
+    orbench_batches(pytester, "--all").fnmatch_lines([f"batch_*  completed (collected)  {N}/{N}  {N}  *"])
 
 
 def test_an_open_batch_older_than_the_store_max_age_is_not_resumed(
     pytester: pytest.Pytester, mock_factory: Callable[..., MockServer],
 ) -> None:
-    # Done at its 30th retrieval, 29 polls of 0.05 s apart: never within the first session's 1 s wait, however
-    # few polls a busy machine fits in it (none: still validating). What is checked is what the store and the
-    # provider hold afterwards, never how far the polls got.
-    server = mock_factory(batch_polls=30)
+    # Never done within the first session's 1 s wait, however few polls a busy machine fits in it (none: still
+    # validating): the provider finishes batches only once the test says so. What is checked is what the store
+    # and the provider hold afterwards, never how far the polls got.
+    server = mock_factory(batch_polls=10**6)
     args = mock_args(server, *SAMPLE, *FAST, "--orbench-json", "r.json")
     assert pytester.runpytest(*args, "--orbench-batch-wait", "1s").ret == 1  # leaves its batch open
+    assert server.state.batches is not None
+    server.state.batches.polls = 2  # from now on a batch is done at its second retrieval
     store = Store(pytester.path / ".orbench")
     (left,) = store.batches()
     store.close()
@@ -170,12 +181,23 @@ def test_an_open_batch_older_than_the_store_max_age_is_not_resumed(
     assert (second.status, second.collected, second.prompts) == ("completed", True, N)
 
 
-def orbench_batches(pytester: pytest.Pytester, *extra: str) -> pytest.RunResult:
-    """`orbench batches` in a process of its own."""
-    result = pytester.run(sys.executable, "-c", "from pytest_orbench.tools.cli import main; raise SystemExit(main())",
-                          "batches", *extra)
-    assert result.ret == 0
-    return result
+def orbench_batches(pytester: pytest.Pytester, *extra: str) -> pytest.LineMatcher:
+    """What `orbench batches` prints, run in the test's folder."""
+    import contextlib
+    import io
+    import os
+
+    from pytest_orbench.tools.cli import main
+
+    out = io.StringIO()
+    here = os.getcwd()
+    os.chdir(pytester.path)
+    try:
+        with contextlib.redirect_stdout(out):
+            assert main(["batches", *extra]) == 0
+    finally:
+        os.chdir(here)
+    return pytest.LineMatcher(out.getvalue().splitlines())
 
 
 def test_an_expired_batch_is_followed_by_a_batch_of_the_missing_prompts_only(

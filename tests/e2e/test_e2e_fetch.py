@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 
 from pytest_orbench.tools.simulator.server import MockServer
 from tests.conftest import load, mock_args, stats
+from tests.fetch.events import Run, stored_replies, wait_for
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
 
@@ -29,32 +31,33 @@ def closed_port() -> int:
 
 
 def test_an_endpoint_on_a_closed_port_stops_every_call_at_once(pytester: pytest.Pytester) -> None:
+    # 1,974 prompts took minutes of retries before. What is proved here is a count, at any size: only the
+    # requests already in flight (at most the concurrency, 16) were made; every other prompt was never asked.
     port = closed_port()
-    started = time.monotonic()
     result = pytester.runpytest("--orbench", "--orbench-model", "openai/orbench-mock", "--orbench-api-base",
-                                f"http://127.0.0.1:{port}/v1", "-p", "no:cacheprovider", "--orbench-json", "r.json")
-    assert time.monotonic() - started < 60  # 1,974 prompts; it took minutes of retries before
+                                f"http://127.0.0.1:{port}/v1", "-p", "no:cacheprovider", "--orbench-json", "r.json",
+                                "--orbench-sample", "20")
     data = load(pytester.path / "r.json")
-    errors = {p["error"] for p in data["prompts"]}
     first = f"connection refused by 127.0.0.1:{port}"
-    assert errors <= {first, f"not requested: {first} (no prompt was answered, so no more calls are made)"}
-    assert data["run"]["calls"]["errors"] == 1974 and data["gate"]["verdict"] == "inconclusive"
+    errors = [p["error"] for p in data["prompts"]]
+    assert set(errors) <= {first, f"not requested: {first} (no prompt was answered, so no more calls are made)"}
+    assert 1 <= errors.count(first) <= 16 and len(errors) == 40  # asked: only those in flight, no retries
+    assert data["run"]["calls"]["errors"] == 40 and data["gate"]["verdict"] == "inconclusive"
     assert "HTTP 500" not in result.stdout.str()  # nothing claims a server answered
     # 1,974 errors were listed twice (ERRORS and the short summary: ~6,000 lines): the first 10, then a count.
     lines = result.stdout.lines
     assert sum(line.startswith("ERROR orbench/") for line in lines) == 10
     assert sum(" ERROR at setup of " in line for line in lines) == 10
-    result.stdout.fnmatch_lines(["... and 1,964 more prompt errors not listed above (the first 10 are; -vv lists all)*"])
-    assert result.parseoutcomes()["errors"] == 1974  # pytest's own count keeps every one
+    result.stdout.fnmatch_lines(["... and 30 more prompt errors not listed above (the first 10 are; -vv lists all)*"])
+    assert result.parseoutcomes()["errors"] == 40  # pytest's own count keeps every one
 
 
 def test_an_unknown_host_is_one_message_naming_it(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest("--orbench", "--orbench-model", "openai/orbench-mock", "--orbench-api-base",
-                                "http://no-such-host.invalid/v1", "-p", "no:cacheprovider", "--orbench-sample", "20")
-    result.stdout.fnmatch_lines(["*DNS lookup failed for no-such-host.invalid*"])
-    assert result.parseoutcomes()["errors"] == 40
     everything = pytester.runpytest("--orbench", "--orbench-model", "openai/orbench-mock", "--orbench-api-base",
-                                    "http://no-such-host.invalid/v1", "-p", "no:cacheprovider", "--orbench-sample", "6", "-vv")
+                                    "http://no-such-host.invalid/v1", "-p", "no:cacheprovider", "--orbench-sample", "6",
+                                    "-vv")
+    everything.stdout.fnmatch_lines(["*DNS lookup failed for no-such-host.invalid*"])
+    assert everything.parseoutcomes()["errors"] == 12
     assert sum(line.startswith("ERROR orbench/") for line in everything.stdout.lines) == 12  # -vv lists every error
     assert "more prompt errors not listed" not in everything.stdout.str()
 
@@ -194,47 +197,70 @@ def test_a_fetch_child_that_cannot_import_litellm_fails_the_prompts_not_the_wait
 def test_xdist_fetches_each_prompt_once_in_one_process_and_matches_serial(pytester: pytest.Pytester,
                                                                           mock_factory: Callable[..., MockServer]) -> None:
     serial_server, xdist_server = mock_factory(latency=0.02), mock_factory(latency=0.02)
-    common = ("--orbench-sample", "60", "--orbench-seed", "5", "--orbench-concurrency", "8")
+    common = ("--orbench-sample", "20", "--orbench-seed", "5", "--orbench-concurrency", "8")
     serial = pytester.runpytest(*mock_args(serial_server, *common, "--orbench-json", "s.json", "--orbench-store", "s"))
     parallel = pytester.runpytest_subprocess(*mock_args(xdist_server, *common, "-n", "2", "--orbench-json", "x.json",
                                                         "--orbench-store", "x"), timeout=240)
     assert parallel.ret == serial.ret == 0
     served = stats(xdist_server.url)
-    assert served["completions"] == 120 and served["duplicates"] == 0
+    assert served["completions"] == 40 and served["duplicates"] == 0
     assert served["max_in_flight"] <= 8  # one concurrency budget for the whole session
     a, b = load(pytester.path / "s.json"), load(pytester.path / "x.json")
     assert [(p["id"], p["verdict"]) for p in a["prompts"]] == [(p["id"], p["verdict"]) for p in b["prompts"]]
-    assert b["run"]["calls"]["made"] == 120
-    parallel.stdout.fnmatch_lines(["orbench: 120 prompts, 0 stored, 120 to fetch, 8 at a time"])
+    assert b["run"]["calls"]["made"] == 40
+    parallel.stdout.fnmatch_lines(["orbench: 40 prompts, 0 stored, 40 to fetch, 8 at a time"])
 
 
-@pytest.mark.parametrize("age", [["--orbench-refresh"], ["--orbench-store-max-age", "1s"]], ids=["refresh", "1s"])
-def test_xdist_asks_again_what_is_too_old_and_never_replays_it(pytester: pytest.Pytester, mock: MockServer,
-                                                               age: list[str]) -> None:
+def test_xdist_asks_again_what_is_too_old_and_never_replays_it(pytester: pytest.Pytester, mock: MockServer) -> None:
     # Workers once counted a reply as fresh for 60 s past the max age: rerun within a minute, the tests took
     # the old replies from the store and the session ended before the fetcher (which said "10 to fetch")
     # had made a call. The replies were stale; the report said they came from the store.
-    args = mock_args(mock, "--orbench-sample", "10", "--orbench-seed", "3", "--orbench-datasets", "toxic")
-    assert pytester.runpytest(*args).ret == 0 and stats(mock.url)["completions"] == 10
-    time.sleep(1.1)
-    again = pytester.runpytest_subprocess(*args, *age, "-n", "2", "--orbench-json", "r.json", timeout=240)
-    assert again.ret == 0
-    assert stats(mock.url)["completions"] == 20
-    data = load(pytester.path / "r.json")
-    assert data["run"]["calls"]["made"] == 10 and data["run"]["calls"]["stored"] == 0
-    assert all(p["fetched"] and not p["from_store"] for p in data["prompts"])
+    # Both ways to call a reply too old, one after the other on the same store: --orbench-refresh (max age 0),
+    # then --orbench-store-max-age 1s once the replies the first stored are older than that.
+    import sqlite3
+
+    from pytest_orbench.core.store_database import STORE_FILE
+
+    def newest() -> float:
+        conn = sqlite3.connect(pytester.path / ".orbench" / STORE_FILE)
+        try:
+            return float(conn.execute("SELECT MAX(created) FROM responses").fetchone()[0])
+        finally:
+            conn.close()
+
+    args = mock_args(mock, "--orbench-sample", "5", "--orbench-seed", "3", "--orbench-datasets", "toxic")
+    assert pytester.runpytest(*args).ret == 0 and stats(mock.url)["completions"] == 5
+    for n, age in enumerate((["--orbench-refresh"], ["--orbench-store-max-age", "1s"]), start=2):
+        stored_until = newest()
+        wait_for(lambda until=stored_until: time.time() > until + 1.05, "every stored reply to be older than 1 s")
+        again = pytester.runpytest_subprocess(*args, *age, "-n", "2", "--orbench-json", "r.json", timeout=240)
+        assert again.ret == 0, age
+        assert stats(mock.url)["completions"] == 5 * n, age
+        data = load(pytester.path / "r.json")
+        assert data["run"]["calls"]["made"] == 5 and data["run"]["calls"]["stored"] == 0, age
+        assert all(p["fetched"] and not p["from_store"] for p in data["prompts"]), age
 
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["serial", "xdist"])
 def test_long_runs_say_how_far_the_fetch_got(pytester: pytest.Pytester, mock_factory: Callable[..., MockServer],
                                              workers: list[str]) -> None:
-    server = mock_factory(latency=0.5)  # 28 prompts, 4 at a time: about 3.5 s
-    result = pytester.runpytest_subprocess(*mock_args(server, "--orbench-sample", "28", "--orbench-concurrency", "4",
-                                                      "--orbench-datasets", "toxic", "--orbench-progress-every", "1",
-                                                      "-v", *workers), timeout=240)
-    lines = [line for line in result.outlines if line.startswith("orbench: ") and " replies (" in line]
-    assert len(lines) >= 2, result.outlines  # every second, each on a line of its own ...
-    assert all(re.fullmatch(r"orbench: \d+/28 replies \(\d+%\), [\d.]+/s, ETA (\d+ s|unknown), 0 errors so far", line)
+    # The replies come when the test lets them: a progress line at 0 replies, then one at 3 (the first goes
+    # alone, then 2 of the 4 in flight), then the rest; however slow the machine, the lines say how far it got.
+    gate = threading.Semaphore(0)
+    server = mock_factory(gate=gate)
+    run = Run(mock_args(server, "--orbench-sample", "6", "--orbench-concurrency", "4", "--orbench-datasets", "toxic",
+                        "--orbench-progress-every", "1", "-v", *workers), pytester.path)
+    try:
+        run.wait_for_output(r"orbench: 0/6 replies")
+        gate.release(3)
+        run.wait_for_output(r"orbench: 3/6 replies")
+    finally:
+        gate.release(100)
+    outlines = run.finish().splitlines()
+    assert run.returncode == 0, outlines[-20:]
+    lines = [line for line in outlines if line.startswith("orbench: ") and " replies (" in line]
+    assert len(lines) >= 2, outlines  # every second, each on a line of its own ...
+    assert all(re.fullmatch(r"orbench: \d+/6 replies \(\d+%\), [\d.]+/s, ETA (\d+ s|unknown), 0 errors so far", line)
                for line in lines), lines
     done = [int(re.match(r"orbench: (\d+)/", line)[1]) for line in lines]  # type: ignore[index]
     assert done == sorted(done) and done[-1] > done[0], done  # ... saying how far the fetch got
@@ -252,8 +278,10 @@ def test_progress_lines_can_be_turned_off(pytester: pytest.Pytester, mock_factor
     result.stderr.fnmatch_lines(["*progress_every must be 0 (no progress lines) or a number of seconds, got -1.0*"])
 
 
-def on_a_terminal(args: list[str], cwd: Path, timeout: float = 120) -> str:
-    """Runs pytest with a pseudo-terminal as its output; returns every byte it wrote, decoded."""
+def on_a_terminal(args: list[str], cwd: Path, timeout: float = 120,
+                  on_output: Callable[[str], None] | None = None) -> str:
+    """Runs pytest with a pseudo-terminal as its output; returns every byte it wrote, decoded. `on_output` is
+    given all of it so far each time more comes."""
     import os
     import pty
     import subprocess
@@ -274,6 +302,8 @@ def on_a_terminal(args: list[str], cwd: Path, timeout: float = 120) -> str:
         if not chunk:
             break
         chunks.append(chunk)
+        if on_output is not None:
+            on_output(b"".join(chunks).decode("utf-8", "replace"))
     os.close(main)
     proc.wait(timeout=30)
     return b"".join(chunks).decode("utf-8", "replace")
@@ -304,12 +334,22 @@ def screen(raw: str) -> list[str]:
 def test_on_a_terminal_progress_is_one_status_updated_in_place(pytester: pytest.Pytester,
                                                                mock_factory: Callable[..., MockServer],
                                                                workers: list[str]) -> None:
-    # 16 prompts, 4 at a time: the tests wait four times; the xdist controller shows the status only
-    # after a second without results, so its waits are longer.
-    server = mock_factory(latency=2.0)  # long enough for two updates even on a loaded machine
-    raw = on_a_terminal(mock_args(server, "--orbench-sample", "16", "--orbench-concurrency", "4",
-                                  "--orbench-datasets", "toxic", *workers), pytester.path)
+    # The first reply comes, then the others wait until the status has been shown twice (the xdist controller
+    # shows it only after a second without results): however slow the machine, the tests wait long enough.
     status = re.compile(r"orbench: \d+/16 replies \(\d+%\), [\d.]+/s, ETA \d+ s, 0 errors so far")
+    gate = threading.Semaphore(1)
+    server = mock_factory(gate=gate)
+
+    def release_once_shown_twice(raw: str) -> None:
+        if len(status.findall(raw)) >= 2 and stats(server.url)["held"]:
+            gate.release(100)
+
+    try:
+        raw = on_a_terminal(mock_args(server, "--orbench-sample", "16", "--orbench-concurrency", "4",
+                                      "--orbench-datasets", "toxic", *workers), pytester.path,
+                            on_output=release_once_shown_twice)
+    finally:
+        gate.release(100)
     shown = status.findall(raw)
     assert len(shown) >= 2, raw[-2000:]  # updated while the tests wait ...
     assert "\b" in raw  # ... in place ...
@@ -407,20 +447,24 @@ def start_run(cwd: Path, server: MockServer, *args: str) -> subprocess.Popen[str
 
 
 def kill_midway(proc: subprocess.Popen[str], server: MockServer, candidates: Callable[[], list[int]],
-                requests: int) -> tuple[int | None, str, float]:
-    """SIGKILLs the first of `candidates()` once `server` has had `requests` requests (given up after 60 s,
-    or when `proc` ends first); then (the pid killed, `proc`'s output, seconds from the kill to its end)."""
+                requests: int, gate: threading.Semaphore) -> tuple[int | None, str, float]:
+    """SIGKILLs the first of `candidates()` once `server` has had `requests` requests (given up after 120 s,
+    or when `proc` ends first), then lets the replies `gate` holds through; then (the pid killed, `proc`'s
+    output, seconds from the kill to its end)."""
     import os
     import signal
 
     killed = None
-    deadline = time.monotonic() + 60
-    while killed is None and time.monotonic() < deadline and proc.poll() is None:
-        found = candidates()
-        if found and stats(server.url)["requests"] >= requests:
-            killed = found[0]
-            os.kill(killed, signal.SIGKILL)
-        time.sleep(0.02)
+    deadline = time.monotonic() + 120
+    try:
+        while killed is None and time.monotonic() < deadline and proc.poll() is None:
+            found = candidates()
+            if found and stats(server.url)["requests"] >= requests:
+                killed = found[0]
+                os.kill(killed, signal.SIGKILL)
+            time.sleep(0.02)
+    finally:
+        gate.release(1000)
     started = time.monotonic()
     out, _ = proc.communicate(timeout=120)
     return killed, out, time.monotonic() - started
@@ -431,11 +475,12 @@ def kill_midway(proc: subprocess.Popen[str], server: MockServer, candidates: Cal
                     reason="reads /proc; two fetch processes need two cores")
 def test_a_fetch_process_killed_midway_turns_its_prompts_into_errors_at_once(
         pytester: pytest.Pytester, mock_factory: Callable[..., MockServer]) -> None:
-    server = mock_factory(latency=0.2)  # 240 prompts, 8 at a time from 2 processes: about 6 s
+    gate = threading.Semaphore(40)  # 40 replies, then the requests in flight wait until the kill
+    server = mock_factory(gate=gate)
     report = pytester.path / "run.json"
     proc = start_run(pytester.path, server, "--orbench-sample", "240", "--orbench-datasets", "toxic",
                      "--orbench-concurrency", "8", "--orbench-seed", "1", "--orbench-json", str(report), "-q")
-    killed, out, seconds = kill_midway(proc, server, lambda: forked_fetch_processes(proc.pid), 40)
+    killed, out, seconds = kill_midway(proc, server, lambda: forked_fetch_processes(proc.pid), 40, gate)
     assert killed is not None, out
     assert seconds < 30, out  # no wait for a silent heartbeat
     results = json.loads(report.read_text())
@@ -451,10 +496,11 @@ def test_under_xdist_a_killed_fetch_process_is_an_error_at_once_naming_the_signa
         pytester: pytest.Pytester, mock_factory: Callable[..., MockServer]) -> None:
     # Only the controller sees its child die; the workers waiting for replies learnt it from a heartbeat
     # gone stale after 30 s ("has said nothing for 30 s; it is taken for dead").
-    server = mock_factory(latency=0.3)  # 40 prompts, 4 at a time: 3 s
+    gate = threading.Semaphore(4)  # 4 replies, then the requests in flight wait until the kill
+    server = mock_factory(gate=gate)
     proc = start_run(pytester.path, server, "--orbench-sample", "40", "--orbench-datasets", "toxic",
                      "--orbench-concurrency", "4", "-n", "2", "-q")
-    killed, out, seconds = kill_midway(proc, server, lambda: fetch_children(proc.pid), 8)
+    killed, out, seconds = kill_midway(proc, server, lambda: fetch_children(proc.pid), 8, gate)
     assert killed is not None, out
     assert seconds < 20, out
     assert "no reply for toxic-" in out and "the fetch process was killed by signal 9 (SIGKILL)" in out, out
@@ -467,20 +513,21 @@ def test_an_interrupted_run_counts_every_call_it_paid_for_and_says_what_it_waits
     # run. The results counted only the prompts that ran ("calls: 4 made" after 8 calls).
     import signal
 
-    server = mock_factory(latency=1.0)
-    proc = start_run(pytester.path, server, "--orbench-datasets", "toxic", "--orbench-sample", "12", "--orbench-seed",
-                     "3", "--orbench-concurrency", "4", "--orbench-json", "r.json", "-q")
-    deadline = time.monotonic() + 60
-    while stats(server.url)["completions"] < 4 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    time.sleep(0.3)  # the first 4 tests report; the next 4 calls are in flight
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=60)
+    gate = threading.Semaphore(4)  # the first 4 replies come; the next 4 requests wait in flight until released
+    server = mock_factory(gate=gate)
+    run = Run(mock_args(server, "--orbench-datasets", "toxic", "--orbench-sample", "12", "--orbench-seed", "3",
+                        "--orbench-concurrency", "4", "--orbench-json", "r.json", "-v"), pytester.path)
+    wait_for(lambda: stats(server.url)["held"] == 4, "4 requests in flight after 4 replies")
+    run.wait_for_output(r"orbench/toxic::\S+ (PASSED|XFAIL)")  # a prompt test has run
+    run.proc.send_signal(signal.SIGINT)
+    run.wait_for_output("orbench: stopping the fetch at")  # the stop is under way: the replies in flight may come
+    gate.release(100)
+    out = run.finish()
     calls = load(pytester.path / "r.json")["run"]["calls"]
     served = stats(server.url)
-    assert served["requests"] == served["completions"] and 4 < served["requests"] < 12, out  # in flight: finished
+    assert served["requests"] == served["completions"] == 8, out  # in flight: finished; none asked after the stop
     # Every call paid for is counted: the prompts that ran in `made`, the rest in `fetched_not_run`.
-    assert calls["made"] + calls["fetched_not_run"] == served["requests"] and calls["fetched_not_run"] > 0, out
+    assert calls["made"] + calls["fetched_not_run"] == served["requests"] and calls["fetched_not_run"] >= 4, out
     assert f"{calls['fetched_not_run']} more fetched for prompts that did not run (stored; not counted here)" in out
     # The wait for the calls in flight (up to a minute) is said, not left to look like a hang.
     assert re.search(r"orbench: stopping the fetch at \d+/12 replies: the requests in flight are paid for, so they "
@@ -494,30 +541,25 @@ def test_a_second_ctrl_c_ends_the_wait_for_the_replies_in_flight_and_says_so(
     # said "no prompt ran: nothing was asked" while four replies were paid for and being stored.
     import signal
 
-    server = mock_factory(latency=3.0)
-    proc = start_run(pytester.path, server, "--orbench-datasets", "toxic", "--orbench-sample", "8", "--orbench-seed",
-                     "3", "--orbench-concurrency", "4", "-q")
-    deadline = time.monotonic() + 60
+    gate = threading.Semaphore(0)  # every reply waits until the test lets it through
+    server = mock_factory(gate=gate)
+    args = mock_args(server, "--orbench-datasets", "toxic", "--orbench-sample", "8", "--orbench-seed", "3",
+                     "--orbench-concurrency", "4")
+    run = Run([*args, "-q"], pytester.path)
     # The first call goes alone (fetch/gate.py): the others wait for its reply, and are not asked after the stop.
-    while stats(server.url)["requests"] < 1 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
-    time.sleep(1.0)  # the first one is handled: the session waits for the reply in flight (~2 s more)
-    assert stats(server.url)["completions"] == 0
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=60)
+    wait_for(lambda: stats(server.url)["held"] == 1, "the first request in flight")
+    run.proc.send_signal(signal.SIGINT)
+    run.wait_for_output("orbench: stopping the fetch at 0/8 replies")  # the session waits for the reply in flight
+    run.proc.send_signal(signal.SIGINT)
+    out = run.finish()
     assert stats(server.url)["completions"] == 0, out  # it did stop waiting
     assert "nothing was asked" not in out, out
     assert re.search(r"orbench: no prompt test ran: nothing was judged or compared and no results file was written; "
                      r"the fetch process \(pid \d+\) stores the replies it was asked for by itself, and the next run "
                      r"reuses them", out), out
-    deadline = time.monotonic() + 30
-    while stats(server.url)["completions"] < 1 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.5)  # committed within 50 ms of the last reply
-    rerun = pytester.runpytest_subprocess(*mock_args(server, "--orbench-datasets", "toxic", "--orbench-sample", "8",
-                                                     "--orbench-seed", "3", "--orbench-concurrency", "4"), timeout=120)
+    gate.release(100)
+    wait_for(lambda: stored_replies(pytester.path / ".orbench") == 1, "the orphaned fetch process to store its reply")
+    rerun = pytester.runpytest_subprocess(*args, timeout=120)
     rerun.stdout.fnmatch_lines(["orbench: 8 prompts, 1 stored, 7 to fetch, 4 at a time"])
     assert stats(server.url)["requests"] == 8  # none asked after the stop, none asked twice
 
@@ -550,43 +592,41 @@ def test_a_signal_to_the_whole_process_group_still_stores_the_replies_in_flight(
     # alone is signalled, so a re-run does not ask them again.
     import os
     import signal
-    import subprocess
 
-    server = mock_factory(latency=1.5)
-    args = [sys.executable, "-m", "pytest", *mock_args(server, "--orbench-datasets", "toxic", "--orbench-sample", "8",
-                                                       "--orbench-seed", "3", "--orbench-concurrency", "4", "-q",
-                                                       *workers)]
-    proc = subprocess.Popen(args, cwd=pytester.path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)  # a group of its own, as in a shell
+    gate = threading.Semaphore(1)  # the first reply comes; the 4 requests after it wait in flight until released
+    server = mock_factory(gate=gate)
+    args = mock_args(server, "--orbench-datasets", "toxic", "--orbench-sample", "8", "--orbench-seed", "3",
+                     "--orbench-concurrency", "4")
+    run = Run([*args, "-q", *workers], pytester.path, new_session=True)  # a group of its own, as in a shell
     try:
-        deadline = time.monotonic() + 60
-        while stats(server.url)["requests"] < 5 and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
+        # The first call went alone (fetch/gate.py); then 4 in flight.
+        wait_for(lambda: stats(server.url)["held"] == 4, "4 requests in flight after the first reply")
         served = stats(server.url)
-        # The first call went alone (fetch/gate.py); then 4 in flight, 1.5 s from their replies.
         assert served["requests"] == 5 and served["completions"] == 1
-        os.killpg(proc.pid, getattr(signal, signame))
-        out, _ = proc.communicate(timeout=60)  # bounded: the parent waits at most for the drain
-        deadline = time.monotonic() + 30
-        while group_members(proc.pid) and time.monotonic() < deadline:  # an orphaned fetch process drains, then leaves
-            time.sleep(0.05)
-        assert group_members(proc.pid) == [], out.decode(errors="replace")
+        os.killpg(run.pid, getattr(signal, signame))
+        # Taken: pytest stops (SIGINT: it says so and waits for the drain) or is gone (SIGTERM); only then do the
+        # replies in flight come, to a fetch process that was signalled too.
+        wait_for(lambda: run.proc.poll() is not None or "orbench: stopping the fetch at" in run.text(),
+                 f"pytest to take the {signame}")
+        gate.release(100)
+        out = run.finish(timeout=60)  # bounded: the parent waits at most for the drain
+        # An orphaned fetch process drains, then leaves.
+        wait_for(lambda: group_members(run.pid) == [], "the process group to be empty", timeout=60)
     finally:
-        if proc.poll() is None or group_members(proc.pid):
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-    rerun = pytester.runpytest_subprocess(*mock_args(server, "--orbench-datasets", "toxic", "--orbench-sample", "8",
-                                                     "--orbench-seed", "3", "--orbench-concurrency", "4"), timeout=120)
+        gate.release(100)
+        if run.proc.poll() is None or group_members(run.pid):
+            os.killpg(run.pid, signal.SIGKILL)
+            run.proc.wait(timeout=10)
+    rerun = pytester.runpytest_subprocess(*args, timeout=120)
     rerun.stdout.fnmatch_lines(["orbench: 8 prompts, 5 stored, 3 to fetch, 4 at a time"])
     served = stats(server.url)
-    assert served["completions"] == 8 and served["duplicates"] == 0  # the 4 in flight were stored, not asked again
+    assert served["completions"] == 8 and served["duplicates"] == 0, out  # the 4 in flight were stored, not asked again
 
 
 def test_a_store_locked_at_the_start_is_said_before_it_is_waited_for(pytester: pytest.Pytester, mock: Any) -> None:
     # Another process held the store's write lock (a sqlite3 shell, a backup): the run waited up to 60 s
     # without a word before its first line.
     import sqlite3
-    import threading
 
     from pytest_orbench.core.store import Store
     from pytest_orbench.core.store_database import STORE_FILE
@@ -594,16 +634,17 @@ def test_a_store_locked_at_the_start_is_said_before_it_is_waited_for(pytester: p
     Store(pytester.path / ".orbench").close()
     holder = sqlite3.connect(pytester.path / ".orbench" / STORE_FILE, isolation_level=None, check_same_thread=False)
     holder.execute("BEGIN EXCLUSIVE")
-    release = threading.Timer(3.0, lambda: holder.execute("COMMIT"))
-    release.start()
+    store = pytester.path / ".orbench"
+    said = (f"orbench: the response store {store} is locked by another process (a sqlite3 shell, a backup, another "
+            "run's long write); waiting up to 60 s for it")
     try:
-        result = pytester.runpytest_subprocess(*mock_args(mock, "--orbench-sample", "2", "--orbench-seed", "5"))
+        run = Run(mock_args(mock, "--orbench-sample", "2", "--orbench-seed", "5"), pytester.path)
+        run.wait_for_output(re.escape(said))  # said while the lock is held ...
     finally:
-        release.join()
+        holder.execute("COMMIT")  # ... and let go within the wait: the run goes on
         holder.close()
-    assert result.ret == 0  # the lock was let go within the wait: the run went on
-    result.stderr.fnmatch_lines([f"orbench: the response store {pytester.path / '.orbench'} is locked by another process "
-                                 "(a sqlite3 shell, a backup, another run's long write); waiting up to 60 s for it"])
+    out = run.finish()
+    assert run.returncode == 0, out[-3000:]
 
 
 def test_a_reply_holding_half_a_surrogate_pair_is_judged_not_the_end_of_the_fetch(pytester: pytest.Pytester,

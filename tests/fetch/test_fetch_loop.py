@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -513,7 +514,12 @@ def test_a_damaged_store_is_one_usage_error_saying_to_delete_it(pytester: pytest
 
 def test_stop_finishes_requests_in_flight_and_gives_the_rest_an_outcome(tmp_path: Path) -> None:
     class Slower(SlowCaller):
+        def __init__(self) -> None:
+            super().__init__()
+            self.asked = asyncio.Event()
+
         async def __call__(self, prompt: str) -> Reply:
+            self.asked.set()
             await asyncio.sleep(0.3)
             return await super().__call__(prompt)
 
@@ -524,7 +530,7 @@ def test_stop_finishes_requests_in_flight_and_gives_the_rest_an_outcome(tmp_path
         stop = asyncio.Event()
         loop = FetchLoop(Store(tmp_path), lambda _config: caller, run_id="r", concurrency=2, retries=0)
         task = asyncio.create_task(loop.run(jobs, stop))
-        await asyncio.sleep(0.5)
+        await caller.asked.wait()  # a request is in flight
         stop.set()  # Ctrl-C: pytest stops the fetch
         await task
 
@@ -557,7 +563,8 @@ def test_every_wait_is_bounded(tmp_path: Path, state: str, message: str) -> None
     assert outcome.error is not None and message in outcome.error and time.monotonic() - started < 5
     if state != "finished":  # the next prompt is not waited for as long again (a day, over a whole run)
         started = time.monotonic()
-        assert waiter.result("k2", first_wait=30).error == outcome.error and time.monotonic() - started < 0.5
+        assert waiter.result("k2", first_wait=30).error == outcome.error
+        assert time.monotonic() - started < 10  # not the 30 s (or the 30 s of silence) a new wait would take
     store.start_run("r2", 1)
     dead = Waiter(store, "r2", dead=lambda key: "the fetch process exited with status 1: ImportError: litellm")
     assert dead.result("k1").error == "the fetch process exited with status 1: ImportError: litellm"
@@ -573,15 +580,23 @@ def test_a_fetcher_blocked_by_another_process_holding_the_store_is_waited_for(tm
     store = Store(tmp_path)
     store.start_run("r", 1)
     store._conn().execute("UPDATE runs SET heartbeat = ? WHERE run = 'r'", (time.time() - 60,))
-    waiter, fetcher = Waiter(Store(tmp_path), "r"), Store(tmp_path)  # opened before the lock (opening writes)
+    looks: list[str] = []
+    waiter = Waiter(Store(tmp_path), "r", dead=lambda key: looks.append(key))  # called before each look
+    fetcher = Store(tmp_path)  # opened before the lock (opening writes)
     holder = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)
     holder.execute("BEGIN EXCLUSIVE")
 
+    def until(condition: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 60
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
     def release_then_store() -> None:
-        time.sleep(0.5)
+        until(lambda: waiter._locked_at > 0)  # the waiter has seen the lock held (its heartbeat is 60 s old)
         holder.execute("COMMIT")
-        time.sleep(0.3)  # the fetcher, given the lock at last, writes a moment later: not dead meanwhile
-        fetcher.commit_batch("r", [("k1", {"text": "hi"})], [("k1", None, None, True, False)], 1, 0)
+        seen = len(looks)
+        until(lambda: len(looks) > seen + 2)  # the fetcher, given the lock at last, writes a moment later: the
+        fetcher.commit_batch("r", [("k1", {"text": "hi"})], [("k1", None, None, True, False)], 1, 0)  # waiter waited
 
     thread = threading.Thread(target=release_then_store)
     thread.start()
@@ -625,15 +640,19 @@ def test_a_store_held_locked_by_another_process_is_named_as_such(tmp_path: Path,
 def test_a_wait_ends_when_the_fetching_process_clears_the_run(tmp_path: Path) -> None:
     # Ctrl-C under xdist: the controller stops the fetch and clears the run's rows while workers still wait;
     # they took the missing rows for a fetcher not started yet and waited on (until xdist killed them).
-    import threading
-
     store = Store(tmp_path)
     store.start_run("r", 2)
-    threading.Timer(0.3, lambda: Store(tmp_path).clear_run("r")).start()
+    looks: list[str] = []
+
+    def clears_after_the_first_look(key: str) -> None:  # called before each look at the store
+        looks.append(key)
+        if len(looks) == 2:  # the run was seen once: the fetching process now clears it
+            Store(tmp_path).clear_run("r")
+
     started = time.monotonic()
-    outcome = Waiter(store, "r").result("k1", first_wait=30)
+    outcome = Waiter(store, "r", dead=clears_after_the_first_look).result("k1", first_wait=30)
     assert outcome.error == "the run was stopped (interrupted) before this prompt's reply came"
-    assert time.monotonic() - started < 5
+    assert len(looks) == 2 and time.monotonic() - started < 10  # at once, not after the 30 s of first_wait
 
 
 def test_a_fetcher_that_ends_while_a_test_waits_still_delivers_what_it_committed(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ def mock(shared_mock: Any) -> Any:
 
 @pytest.fixture
 def common(shared_store: Path) -> tuple[str, ...]:
-    return "--orbench-sample", "150", "--orbench-seed", "3", "--orbench-baseline=base.json", f"--orbench-store={shared_store}"
+    return "--orbench-sample", "50", "--orbench-seed", "3", "--orbench-baseline=base.json", f"--orbench-store={shared_store}"
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def test_the_ids_the_gate_prints_select_their_tests(pytester: pytest.Pytester, m
     rerun = pytester.runpytest(*mock_args(mock, *common, f"--orbench-system-prompt-file={CAREFUL}", "--orbench-only",
                                           "-k", command.group(1), "--orbench-json", "again.json"))
     assert sorted(p["id"] for p in load(pytester.path / "again.json")["prompts"]) == sorted(ids[:20])
-    assert rerun.parseoutcomes()["deselected"] == 300 - len(ids[:20])
+    assert rerun.parseoutcomes()["deselected"] == 100 - len(ids[:20])
     # One id, with -k or as a node id under its dataset.
     one = pytester.runpytest(*mock_args(mock, *common, "--orbench-only", "-k", ids[0], "--collect-only", "-q"))
     assert [line for line in one.stdout.lines if line.startswith("orbench/")] == \
@@ -82,7 +82,7 @@ def test_a_passing_gate_stays_green(pytester: pytest.Pytester, mock: Any, common
 def test_the_failed_line_names_the_failed_checks_whole_and_no_path(
         pytester: pytest.Pytester, mock: Any, shared_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Started outside the rootdir, as scripts/demo is (--rootdir a temp folder), in a narrow terminal.
-    common = ("--orbench-sample", "150", "--orbench-seed", "3", f"--orbench-baseline={pytester.path / 'base.json'}",
+    common = ("--orbench-sample", "50", "--orbench-seed", "3", f"--orbench-baseline={pytester.path / 'base.json'}",
               f"--orbench-store={shared_store}", f"--rootdir={pytester.path}")
     assert pytester.runpytest(*mock_args(mock, *common, "--orbench-update-baseline")).ret == 0
     for name in ("CI", "BUILD_NUMBER"):

@@ -86,6 +86,12 @@ class CompletionHandler(BaseHTTPRequestHandler):
         with self.state.lock:
             attempt = self.state.by_prompt[digest]
             self.state.by_prompt[digest] += 1
+        if self.config.gate is not None:
+            with self.state.lock:
+                self.state.held += 1
+            self.config.gate.acquire(timeout=120)
+            with self.state.lock:
+                self.state.held -= 1
         if self.config.latency or self.config.jitter:
             time.sleep(self.config.latency + random.random() * self.config.jitter)
         aimed = self.config.fault_prompts is None or digest in self.config.fault_prompts

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 from pytest_orbench.tools.simulator.roles import DEFAULT_STRICTNESS
@@ -49,6 +50,10 @@ class MockConfig:
     batch_expire_share: float | None = None  # set: batches expire with only this share of their requests done
     batch_expire_count: int | None = None  # with batch_expire_share: only the first this many batches expire
     model_name: str = "orbench-mock"
+    # Tests: each chat completion waits here (after it is counted in `requests`) until the test lets it through
+    # with gate.release(n), so "n requests in flight" is a state the test sets and reads in /stats, not a latency
+    # it hopes is long enough on a busy machine. A reply held 120 s is let through anyway. None: no wait.
+    gate: threading.Semaphore | None = field(default=None, repr=False, compare=False)
     # What the "provider" says served each reply: a dated version behind the alias, and a backend
     # fingerprint. Change them (and the behaviour) to play a provider updating a model in place.
     served_model: str = "orbench-mock-2026-01-15"

@@ -23,6 +23,7 @@ class MockState:
         self.faults: Counter[str] = Counter()
         self.in_flight = 0
         self.max_in_flight = 0
+        self.held = 0  # chat requests waiting at the config's gate (tests)
         self.judged: dict[str, str | None] = {}  # sha256 of the judged prompt -> class given (None: unscored)
         self.judge_requests = 0
         self.header_ok = 0  # requests that carried the required gateway header
@@ -42,6 +43,7 @@ class MockState:
                 "by_prompt": dict(self.by_prompt),
                 "faults": dict(self.faults),
                 "max_in_flight": self.max_in_flight,
+                "held": self.held,
                 "duplicates": sum(1 for c in self.by_prompt.values() if c > 1),
                 "judge_requests": self.judge_requests,
                 "header_ok": self.header_ok,
