@@ -105,7 +105,12 @@ def view(executable: Path, environ: Mapping[str, str], base_prefixes: tuple[str,
     prefixes = [str(venv[0])] if venv else []
     if venv is None or venv[1]:
         prefixes += base_prefixes
-    sites = [Path(p) for p in site.getsitepackages(list(dict.fromkeys(prefixes)))]
+    prefixes = list(dict.fromkeys(prefixes))
+    sites = [Path(p) for p in site.getsitepackages(prefixes)]
+    # CPython's own layout too: Debian's Python names only dist-packages in getsitepackages, while a virtual
+    # environment made from it (and the venv's site module) uses lib/pythonX.Y/site-packages.
+    version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    sites += [Path(p) / lib / version / "site-packages" for p in prefixes for lib in ("lib", "lib64")]
     if (venv is None or venv[1]) and not environ.get("PYTHONNOUSERSITE"):
         sites.append(user_site(environ))
     sites = [s for s in dict.fromkeys(sites) if s.is_dir()]

@@ -206,3 +206,17 @@ def test_steps_started_keyless_keep_the_variables_they_declare() -> None:
     for step in steps:
         run = step.get("run", "")
         assert run.count('"$SETUP_PYTHON"') == run.count('"$SETUP_PYTHON" -I -S'), run
+
+
+def test_a_python_whose_site_names_only_dist_packages_still_has_its_site_packages_scanned(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Debian's Python: site.getsitepackages() names lib/python3/dist-packages only, while a virtual environment
+    # made from it puts packages in lib/pythonX.Y/site-packages. The job's Python was scanned blind there (the
+    # Action's tests failed on Debian's python3: no warning of the litellm 1.82.8 it held).
+    import action.site_scan as scan
+
+    monkeypatch.setattr(scan.site, "getsitepackages",
+                        lambda prefixes: [str(Path(p) / "lib" / "python3" / "dist-packages") for p in prefixes])
+    layout = Layout(tmp_path, system=False)
+    info = dist_info(layout.venv_site)
+    assert [f.path for f in layout.found()] == [info]
