@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from pytest_orbench.core.store import Store, response_key
 from pytest_orbench.core.store_database import StoreError
 from pytest_orbench.fetch.loop import FetchLoop, Job
 from pytest_orbench.fetch.wait import Waiter
+from tests.fetch.events import wait_for
 
 
 def test_key_depends_on_every_field_and_not_on_order() -> None:
@@ -586,16 +586,11 @@ def test_a_fetcher_blocked_by_another_process_holding_the_store_is_waited_for(tm
     holder = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)
     holder.execute("BEGIN EXCLUSIVE")
 
-    def until(condition: Callable[[], bool]) -> None:
-        deadline = time.monotonic() + 60
-        while not condition() and time.monotonic() < deadline:
-            time.sleep(0.01)
-
     def release_then_store() -> None:
-        until(lambda: waiter._locked_at > 0)  # the waiter has seen the lock held (its heartbeat is 60 s old)
+        wait_for(lambda: waiter._locked_at > 0, "the waiter to see the lock held", 60)  # the waiter has seen the lock held (its heartbeat is 60 s old)
         holder.execute("COMMIT")
         seen = len(looks)
-        until(lambda: len(looks) > seen + 2)  # the fetcher, given the lock at last, writes a moment later: the
+        wait_for(lambda: len(looks) > seen + 2, "the waiter to look again", 60)  # the fetcher, given the lock at last, writes a moment later: the
         fetcher.commit_batch("r", [("k1", {"text": "hi"})], [("k1", None, None, True, False)], 1, 0)  # waiter waited
 
     thread = threading.Thread(target=release_then_store)
