@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import urllib.request
@@ -36,6 +37,13 @@ _import_litellm()
 import scipy.stats  # noqa: E402,F401  (numpy refuses a second import in one process, for the same reason)
 
 REPO = Path(__file__).resolve().parent.parent
+
+# A suite started in the background of a shell without job control (`scripts/test &`, `nohup`) has
+# SIGINT ignored, and every pytest a test starts would inherit that: the Ctrl-C tests would send a
+# signal nobody hears. Taking SIGINT back here gives each child the default again (exec resets a
+# handled signal), as in a suite started from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_configure(config: pytest.Config) -> None:
