@@ -48,6 +48,7 @@ REJECTED_STOP = 3
 # progress line says the run waits rather than an ETA of 2 s made from the rate before the wait.
 LONG_WAIT = 5.0
 RETRY_WAIT = "retry-wait "  # the note's prefix: "retry-wait <requests waiting> <epoch seconds the last one wakes>"
+STOPPING = "stopping"  # the note once the loop has taken a stop: no prompt is asked after it
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,7 @@ class FetchLoop:
             while not stopper.done() and any(not w.done() for w in workers):
                 _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             if any(not w.done() for w in workers):  # asked to stop: requests in flight finish (paid for)
+                self._note_stop()
                 await asyncio.wait(workers, timeout=DRAIN)
             stopper.cancel()
             for worker in workers:
@@ -190,7 +192,17 @@ class FetchLoop:
             del self._waking[id(token)]
             self._note_waits()
 
+    def _note_stop(self) -> None:
+        """The stop, as this loop took it, said in the run's state (STOPPING): from then on no prompt is asked, and
+        the requests in flight are waited for (DRAIN). What a test waits for before letting replies through."""
+        try:
+            self.note(STOPPING)
+        except (OSError, sqlite3.Error):
+            pass  # only a word: the flush at the end meets the store's trouble and says it
+
     def _note_waits(self) -> None:
+        if self._stop.is_set():
+            return  # the note says the stop (nobody shows the progress line after it)
         try:
             self.note(f"{RETRY_WAIT}{len(self._waking)} {max(self._waking.values()):.1f}" if self._waking else None)
         except (OSError, sqlite3.Error):

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
+from pytest_orbench.fetch.loop import STOPPING
 from pytest_orbench.tools.simulator.server import MockServer
 from tests.conftest import load, mock_args, stats
-from tests.fetch.events import Run, stored_replies, wait_for
+from tests.fetch.events import Run, run_notes, stored_replies, wait_for
 
 pytestmark = pytest.mark.usefixtures("orbench_env")
 
@@ -520,7 +521,10 @@ def test_an_interrupted_run_counts_every_call_it_paid_for_and_says_what_it_waits
     wait_for(lambda: stats(server.url)["held"] == 4, "4 requests in flight after 4 replies")
     run.wait_for_output(r"orbench/toxic::\S+ (PASSED|XFAIL)")  # a prompt test has run
     run.proc.send_signal(signal.SIGINT)
-    run.wait_for_output("orbench: stopping the fetch at")  # the stop is under way: the replies in flight may come
+    run.wait_for_output("orbench: stopping the fetch at")  # said before the wait, not after it
+    # The replies in flight come once the fetch loop has taken the stop: the line above is written before the
+    # stop is sent, and replies let through then could come first (their workers would ask the next prompts).
+    wait_for(lambda: STOPPING in run_notes(pytester.path / ".orbench"), "the fetch loop to take the stop")
     gate.release(100)
     out = run.finish()
     calls = load(pytester.path / "r.json")["run"]["calls"]
@@ -608,6 +612,9 @@ def test_a_signal_to_the_whole_process_group_still_stores_the_replies_in_flight(
         # replies in flight come, to a fetch process that was signalled too.
         wait_for(lambda: run.proc.poll() is not None or "orbench: stopping the fetch at" in run.text(),
                  f"pytest to take the {signame}")
+        # ... and once the fetch process has taken the stop (else the replies let through could come first, and
+        # their workers ask the next prompts).
+        wait_for(lambda: STOPPING in run_notes(pytester.path / ".orbench"), "the fetch process to take the stop")
         gate.release(100)
         out = run.finish(timeout=60)  # bounded: the parent waits at most for the drain
         # An orphaned fetch process drains, then leaves.

@@ -42,6 +42,22 @@ def stored_replies(store: Path) -> int:
         conn.close()
 
 
+def run_notes(store: Path) -> list[str | None]:
+    """The note of each fetch process's run row in the response store folder `store` (what its loop says it is doing,
+    e.g. fetch.loop.STOPPING; None: nothing to say), read without writing; [] while no fetch has started, and once the
+    session has stopped its fetch (the rows are cleared then)."""
+    path = store / STORE_FILE
+    if not path.is_file():
+        return []
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+    try:
+        return [None if row[0] is None else str(row[0]) for row in conn.execute("SELECT note FROM runs")]
+    except sqlite3.OperationalError:  # the run is creating its tables
+        return []
+    finally:
+        conn.close()
+
+
 class Run:
     """pytest in a process of its own, its output (stdout and stderr, unbuffered) read as it comes, so a test
     can act when a line appears."""

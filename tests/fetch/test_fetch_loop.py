@@ -15,9 +15,9 @@ from pytest_orbench.calls.scrubbing import scrub
 from pytest_orbench.core.endpoint import ModelSpec
 from pytest_orbench.core.store import Store, response_key
 from pytest_orbench.core.store_database import StoreError
-from pytest_orbench.fetch.loop import FetchLoop, Job
+from pytest_orbench.fetch.loop import STOPPING, FetchLoop, Job
 from pytest_orbench.fetch.wait import Waiter
-from tests.fetch.events import wait_for
+from tests.fetch.events import WAIT, wait_for
 
 
 def test_key_depends_on_every_field_and_not_on_order() -> None:
@@ -542,6 +542,48 @@ def test_stop_finishes_requests_in_flight_and_gives_the_rest_an_outcome(tmp_path
     waiter = Waiter(store, "r")
     assert all(waiter.result(j.key).error == "not requested: the run stopped before this prompt was asked"
                for j in jobs if j.key not in finished)
+
+
+def test_the_stop_is_noted_in_the_store_before_the_replies_in_flight_are_waited_for(tmp_path: Path) -> None:
+    # What an end-to-end test waits for before it lets the held replies through: "stopping" said before the stop was
+    # sent, replies let through then came first, and their workers asked the next prompts (12 requests, not 8).
+    class Held(SlowCaller):
+        def __init__(self) -> None:
+            super().__init__()
+            self.asked = asyncio.Event()
+            self.reply = asyncio.Event()
+
+        async def __call__(self, prompt: str) -> Reply:
+            self.prompts.append(prompt)
+            self.asked.set()
+            await self.reply.wait()
+            return Reply(prompt.upper(), "stop")
+
+    caller = Held()
+    store = Store(tmp_path)
+    jobs = [Job(f"k{i}", f"p{i}", i) for i in range(5)]
+
+    def noted() -> str | None:
+        state = store.run_state("r")
+        return None if state is None else state.note
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = FetchLoop(Store(tmp_path), lambda _config: caller, run_id="r", concurrency=2, retries=0)
+        task = asyncio.create_task(loop.run(jobs, stop))
+        await caller.asked.wait()  # the first call goes alone (gate.Gate): one request in flight
+        stop.set()
+        deadline = time.monotonic() + WAIT
+        while noted() != STOPPING:
+            assert time.monotonic() < deadline, f"still waiting after {WAIT:g} s for the stop's note"
+            await asyncio.sleep(0.01)
+        assert not task.done()  # still waiting for the reply in flight
+        caller.reply.set()
+        await task
+
+    asyncio.run(main())
+    assert caller.prompts == ["p0"]  # none asked after the stop
+    assert store.get("k0") is not None and store.paid_keys("r") == {"k0"}
 
 
 @pytest.mark.parametrize(("state", "message"), [
