@@ -161,10 +161,22 @@ class OrbenchPlugin:
             note = self.coordinator.stopping()
             reporter = self.config.pluginmanager.get_plugin("terminalreporter")
             if note is not None and reporter is not None:  # Ctrl-C, -x: the wait that follows is not a hang
+                self._uncapture()
                 if self.config.get_terminal_writer().width_of_current_line:
                     reporter.write("\n")  # after xdist's progress characters, on a line of its own
                 reporter.write_line(note, yellow=True)
             self.coordinator.stop()
+
+    def _uncapture(self) -> None:
+        """pytest's output capture suspended for real. A Ctrl-C that lands inside pytest's own resume of it (between
+        its dup2 of the terminal's descriptor and the state it then records) leaves the descriptor pointed at the
+        capture file while pytest believes the capture suspended: the note that the wait for the replies in flight is
+        not a hang reached the terminal only once pytest handled the interrupt, after that wait (a silent minute).
+        Resumed, then suspended: a no-op when pytest's state is right, and the state made right when it is not."""
+        capman = self.config.pluginmanager.get_plugin("capturemanager")
+        if capman is not None:
+            capman.resume_global_capture()
+            capman.suspend_global_capture()
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         """Whatever ended the session (a usage error during collection, an internal error), no fetch

@@ -538,6 +538,61 @@ def test_an_interrupted_run_counts_every_call_it_paid_for_and_says_what_it_waits
                      r"finish and are stored for the next run \(waiting up to 60 s\)", out), out
 
 
+# A pytester conftest: the KeyboardInterrupt of a Ctrl-C that lands inside pytest's resume of its output capture, between
+# the dup2 that points the terminal's descriptor at the capture file and the state resume then records (where the
+# flaky run's Ctrl-C landed: "_pytest/capture.py:555: KeyboardInterrupt"), once the first prompt test is over and the
+# simulator holds 4 requests in flight.
+CTRL_C_IN_CAPTURE_RESUME = """
+    import json, os, time, urllib.request
+    from _pytest import capture
+
+    ARMED = []
+
+    def pytest_runtest_logreport(report):
+        if report.when == "teardown" and not ARMED:
+            ARMED.append(True)
+
+    def held():
+        with urllib.request.urlopen(os.environ["ORBENCH_TEST_STATS"]) as resp:
+            return json.load(resp)["held"]
+
+    resume = capture.FDCaptureBase.resume
+
+    def interrupted_resume(self):
+        resume(self)
+        if ARMED == [True] and self.targetfd == 1:
+            ARMED.append(False)
+            while held() < 4:
+                time.sleep(0.02)
+            self._state = "suspended"  # the line after the dup2 was not reached
+            raise KeyboardInterrupt
+
+    capture.FDCaptureBase.resume = interrupted_resume
+"""
+
+
+def test_a_ctrl_c_inside_pytests_capture_resume_still_says_the_wait_before_it(
+        pytester: pytest.Pytester, mock_factory: Callable[..., MockServer], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Such a Ctrl-C left pytest's capture file holding the terminal: the stopping line and the summary came out only
+    # at the end, after the wait for the replies in flight (a silent minute, the hang the line is there to rule out).
+    gate = threading.Semaphore(4)  # the first 4 replies come; the next 4 requests wait in flight until released
+    server = mock_factory(gate=gate)
+    monkeypatch.setenv("ORBENCH_TEST_STATS", server.url.rsplit("/v1", 1)[0] + "/stats")
+    pytester.makeconftest(CTRL_C_IN_CAPTURE_RESUME)
+    run = Run(mock_args(server, "--orbench-datasets", "toxic", "--orbench-sample", "12", "--orbench-seed", "3",
+                        "--orbench-concurrency", "4", "--orbench-json", "r.json", "-v"), pytester.path)
+    run.wait_for_output("orbench: stopping the fetch at")
+    # Said while the session waits for the replies the simulator holds: its fetch is not stopped (its run row, which
+    # the stop clears, is there).
+    assert run_notes(pytester.path / ".orbench"), run.text()
+    wait_for(lambda: STOPPING in run_notes(pytester.path / ".orbench"), "the fetch loop to take the stop")
+    gate.release(100)
+    out = run.finish()
+    assert "conftest.py" in out and "KeyboardInterrupt" in out, out  # the interrupt came where it was meant to
+    calls = load(pytester.path / "r.json")["run"]["calls"]
+    assert stats(server.url)["requests"] == calls["made"] + calls["fetched_not_run"] == 8, out
+
+
 def test_a_second_ctrl_c_ends_the_wait_for_the_replies_in_flight_and_says_so(
         pytester: pytest.Pytester, mock_factory: Callable[..., MockServer]) -> None:
     # Ctrl-C twice (or `timeout`, which passes the group's SIGINT on to pytest once more): the second one came
