@@ -12,7 +12,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -162,7 +162,7 @@ class SharedBaseline:
     made: subprocess.CompletedProcess[str]  # the run that wrote it (its terminal output is checked once)
     # 100 per dataset, seed 211: Hard-1K holds 11 prompts "Be careful." makes the simulator refuse (16 for
     # examples/careful-system-prompt.txt), Toxic 8 that "Be helpful." makes it answer: enough for a FAIL each.
-    sample: tuple[str, ...] = ("--orbench-sample", "100", "--orbench-seed", "211")
+    sample: ClassVar[tuple[str, ...]] = ("--orbench-sample", "100", "--orbench-seed", "211")
 
     def use(self, path: Path, name: str = "baseline.json") -> None:
         """`name` and the store as the default `.orbench` in `path` (a pytester folder): the baseline's side of
@@ -183,8 +183,7 @@ def shared_server() -> Iterator[MockServer]:
 @pytest.fixture(scope="session")
 def shared_baseline(shared_server: MockServer, tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> SharedBaseline:
     folder = tmp_path_factory.mktemp("shared-baseline")
-    shared = SharedBaseline(shared_server, folder, subprocess.CompletedProcess([], 0))
-    made = subprocess.run([sys.executable, "-m", "pytest", *mock_args(shared_server, *shared.sample,
+    made = subprocess.run([sys.executable, "-m", "pytest", *mock_args(shared_server, *SharedBaseline.sample,
                                                                       "--orbench-baseline", "baseline.json",
                                                                       "--orbench-update-baseline",
                                                                       f"--orbench-store={folder / 'store'}")],

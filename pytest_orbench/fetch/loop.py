@@ -195,18 +195,20 @@ class FetchLoop:
     def _note_stop(self) -> None:
         """The stop, as this loop took it, said in the run's state (STOPPING): from then on no prompt is asked, and
         the requests in flight are waited for (DRAIN). What a test waits for before letting replies through."""
-        try:
-            self.note(STOPPING)
-        except (OSError, sqlite3.Error):
-            pass  # only a word: the flush at the end meets the store's trouble and says it
+        self._say(STOPPING)
 
     def _note_waits(self) -> None:
         if self._stop.is_set():
             return  # the note says the stop (nobody shows the progress line after it)
+        self._say(f"{RETRY_WAIT}{len(self._waking)} {max(self._waking.values()):.1f}" if self._waking else None)
+
+    def _say(self, text: str | None) -> None:
+        """A note for the progress line, or None: only a word, so the store's trouble is left to the next flush,
+        which meets it and says it."""
         try:
-            self.note(f"{RETRY_WAIT}{len(self._waking)} {max(self._waking.values()):.1f}" if self._waking else None)
+            self.note(text)
         except (OSError, sqlite3.Error):
-            pass  # only the progress line's: the next flush meets the store's trouble and says it
+            pass
 
     async def _worker(self, queue: asyncio.Queue[Job], stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -13,9 +13,11 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from pytest_orbench.core.store_database import STORE_FILE
 
+T = TypeVar("T")
 WAIT = 120.0  # seconds: long enough for a busy machine; reached only when the awaited event never comes
 
 
@@ -28,34 +30,32 @@ def wait_for(condition: Callable[[], object], what: str, timeout: float = WAIT) 
         time.sleep(0.02)
 
 
-def stored_replies(store: Path) -> int:
-    """Replies in the response store folder `store` (0 while it does not exist), read without writing."""
+def _read(store: Path, sql: str, empty: T, read: Callable[[sqlite3.Cursor], T]) -> T:
+    """`read` of `sql` on the response store folder `store`, read without writing; `empty` while the store does not
+    exist yet or the run is creating its tables."""
     path = store / STORE_FILE
     if not path.is_file():
-        return 0
+        return empty
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
     try:
-        return int(conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
+        return read(conn.execute(sql))
     except sqlite3.OperationalError:  # the run is creating its tables
-        return 0
+        return empty
     finally:
         conn.close()
+
+
+def stored_replies(store: Path) -> int:
+    """Replies in the response store folder `store` (0 while it does not exist), read without writing."""
+    return _read(store, "SELECT COUNT(*) FROM responses", 0, lambda rows: int(rows.fetchone()[0]))
 
 
 def run_notes(store: Path) -> list[str | None]:
     """The note of each fetch process's run row in the response store folder `store` (what its loop says it is doing,
     e.g. fetch.loop.STOPPING; None: nothing to say), read without writing; [] while no fetch has started, and once the
     session has stopped its fetch (the rows are cleared then)."""
-    path = store / STORE_FILE
-    if not path.is_file():
-        return []
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
-    try:
-        return [None if row[0] is None else str(row[0]) for row in conn.execute("SELECT note FROM runs")]
-    except sqlite3.OperationalError:  # the run is creating its tables
-        return []
-    finally:
-        conn.close()
+    return _read(store, "SELECT note FROM runs", [],
+                 lambda rows: [None if row[0] is None else str(row[0]) for row in rows])
 
 
 class Run:
